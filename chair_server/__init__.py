@@ -1,0 +1,6 @@
+"""Standalone CHAIR object-hallucination service (`python -m chair_server`).
+
+No torch import anywhere in this package: it runs on any machine with Python and Flask.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from entropyrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""The `entropyrl` command line.
+
+Each sub-command lives with the code it drives; this module only collects them. A command
+module exposes `register(subparsers)` that adds its parser and sets `func`; it keeps
+its top-level imports light (argparse, stdlib) so `entropyrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "entropyrl.local.cli",  # demo, train
+    "entropyrl.data.cli",  # prepare coco | fc
+    "entropyrl.verl.doctor",  # doctor
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="entropyrl",
+        description="Entropy-guided and hallucination-aware RL for Qwen / Qwen-VL models.",
+    )
+    from entropyrl import __version__
+
+    parser.add_argument("--version", action="version", version=f"entropyrl {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    result = args.func(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

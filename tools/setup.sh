@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Install entropyrl and what it needs into the current Python, idempotently.
+#
+#   bash tools/setup.sh            # library + CHAIR service + local runner (the quick start)
+#   bash tools/setup.sh dev        # + verl 0.9.1, pytest, hypothesis, ruff, pycocoevalcap (the tests)
+#
+# Order matters on CPU machines: torch==2.13.0 goes in first (a CPU wheel), so nothing
+# later asks pip for another torch and pulls gigabytes of CUDA wheels. torchvision,
+# torchaudio and torchcodec are never installed; torchcodec, which verl-core drags in,
+# is removed again when it cannot load (it links CUDA libraries). A second run with
+# nothing changed only checks a stamp and returns in about a second.
+set -euo pipefail
+
+profile="${1:-quickstart}"
+case "$profile" in
+  quickstart) extras="server,local" ;;
+  dev) extras="dev" ;;
+  *) echo "usage: bash tools/setup.sh [quickstart|dev]" >&2; exit 2 ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${PYTHON:-python3}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$pyver" in
+  3.10|3.11|3.12) ;;
+  *) echo "entropyrl needs Python 3.10-3.12, found $pyver ($python)" >&2; exit 1 ;;
+esac
+
+stamp_dir="$root/.setup"
+stamp="$stamp_dir/$profile.stamp"
+fingerprint=$(cat "$root/pyproject.toml" "$root/tools/setup.sh" | sha256sum | cut -d' ' -f1)
+fingerprint="$fingerprint $("$python" -c 'import sys; print(sys.prefix)')"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ] \
+   && "$python" -c 'import torch, entropyrl' 2>/dev/null; then
+  echo "setup ($profile): up to date"
+  exit 0
+fi
+
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "setup: installing torch==2.13.0 first (CPU build on machines without CUDA)"
+  "$python" -m pip install --quiet "torch==2.13.0"
+else
+  echo "setup: keeping torch $("$python" -c 'import torch; print(torch.__version__)')"
+fi
+
+# Everything else, with the installed torch pinned so no resolver step can replace it.
+torch_version=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])')
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "torch==$torch_version" >"$constraints"
+echo "setup: installing entropyrl[$extras]"
+"$python" -m pip install --quiet -c "$constraints" -e "$root[$extras]"
+
+for pkg in torchcodec torchvision torchaudio; do
+  if "$python" -m pip show --quiet "$pkg" >/dev/null 2>&1 \
+     && ! "$python" -c "import $pkg" >/dev/null 2>&1; then
+    echo "setup: removing $pkg (installed as a dependency, cannot load on this machine)"
+    "$python" -m pip uninstall --quiet -y "$pkg"
+  fi
+done
+
+mkdir -p "$stamp_dir"
+echo "$fingerprint" >"$stamp"
+echo "setup ($profile): done"
