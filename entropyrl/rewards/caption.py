@@ -1,0 +1,155 @@
+"""Caption reward: CIDEr-D (corpus df) plus an optional CHAIR penalty and recall bonus.
+
+``score = cider - chair_weight * CHAIR_i + recall_weight * recall`` per caption. CHAIR comes from
+one batched call to a CHAIR scorer per reward batch (the HTTP ``ChairClient`` or any object with
+the same ``score`` method). Where CHAIR is unavailable for a caption (service down, unknown image
+id) the reward falls back to the CIDEr-D part alone, ``chair_ok`` is False and the fraction is
+reported as ``chair/unavailable_frac``: training goes on and the failure is visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from entropyrl.rewards.cider import CiderD
+
+__all__ = ["CaptionReward", "CaptionRewardResult", "ChairScorerLike"]
+
+
+@runtime_checkable
+class ChairScorerLike(Protocol):
+    """Anything that scores captions like ``entropyrl.chair_client.ChairClient``.
+
+    ``score(items)`` receives ``[{"image_id": int, "caption": str}, ...]`` and returns one entry
+    per item: the CHAIR server's per-sentence dict (with ``"metrics": {"CHAIRs", "CHAIRi",
+    "Recall", ...}``), a dict with ``"error"`` for an item it could not score, or None.
+    """
+
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any] | None]: ...
+
+
+@dataclass(frozen=True)
+class CaptionRewardResult:
+    """Per-caption reward and its parts; every array has shape ``[B]``.
+
+    ``chair_i``, ``chair_s`` and ``recall`` are NaN where ``chair_ok`` is False.
+    """
+
+    scores: np.ndarray
+    cider: np.ndarray
+    chair_i: np.ndarray
+    chair_s: np.ndarray
+    recall: np.ndarray
+    chair_ok: np.ndarray
+    chair_requested: bool = False
+
+    def metrics(self) -> dict[str, float]:
+        """Batch means for logging; CHAIR means only over captions CHAIR could score."""
+        out = {
+            "reward/score_mean": _mean(self.scores),
+            "reward/cider_mean": _mean(self.cider),
+        }
+        if self.chair_requested:
+            ok = self.chair_ok
+            out["chair/unavailable_frac"] = float(1.0 - ok.mean()) if ok.size else 0.0
+            if ok.any():
+                out["chair/chair_i_mean"] = float(self.chair_i[ok].mean())
+                out["chair/chair_s_mean"] = float(self.chair_s[ok].mean())
+                out["chair/recall_mean"] = float(self.recall[ok].mean())
+        return out
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if values.size else 0.0
+
+
+def _metric(entry: Mapping[str, Any], name: str) -> float:
+    value = entry["metrics"][name]
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"CHAIR metric {name!r} is NaN")
+    return value
+
+
+class CaptionReward:
+    """Callable reward for a batch of captions (see the module docstring for the formula).
+
+    Args:
+        cider: the CIDEr-D scorer built from the training references.
+        chair_client: a :class:`ChairScorerLike`, or None to skip CHAIR.
+        chair_weight: weight ``w`` of the ``- w * CHAIR_i`` penalty.
+        recall_weight: weight of the ``+ recall`` bonus (keeps empty captions from winning).
+    """
+
+    def __init__(
+        self,
+        cider: CiderD,
+        chair_client: ChairScorerLike | None = None,
+        *,
+        chair_weight: float = 0.0,
+        recall_weight: float = 0.0,
+    ) -> None:
+        if chair_client is None and (chair_weight != 0.0 or recall_weight != 0.0):
+            raise ValueError("chair_weight / recall_weight need a chair_client")
+        if chair_client is not None and not callable(getattr(chair_client, "score", None)):
+            raise TypeError("chair_client must have a score(items) method")
+        self.cider = cider
+        self.chair_client = chair_client
+        self.chair_weight = float(chair_weight)
+        self.recall_weight = float(recall_weight)
+
+    def __call__(
+        self,
+        captions: Sequence[str],
+        image_ids: Sequence[int],
+        references: Sequence[Sequence[str]],
+    ) -> CaptionRewardResult:
+        batch = len(captions)
+        if len(image_ids) != batch or len(references) != batch:
+            raise ValueError(
+                f"captions ({batch}), image_ids ({len(image_ids)}) and references "
+                f"({len(references)}) must have the same length"
+            )
+        cider = self.cider.score_batch(captions, references)
+        chair_i = np.full(batch, np.nan)
+        chair_s = np.full(batch, np.nan)
+        recall = np.full(batch, np.nan)
+        chair_ok = np.zeros(batch, dtype=bool)
+        if self.chair_client is not None and batch:
+            items = [
+                {"image_id": int(image_id), "caption": caption}
+                for image_id, caption in zip(image_ids, captions)
+            ]
+            entries = self.chair_client.score(items)  # exactly one call per reward batch
+            if len(entries) != batch:
+                raise ValueError(f"CHAIR scorer returned {len(entries)} entries for {batch} items")
+            for i, entry in enumerate(entries):
+                if not isinstance(entry, Mapping) or "error" in entry:
+                    continue
+                try:
+                    parts = (
+                        _metric(entry, "CHAIRi"),
+                        _metric(entry, "CHAIRs"),
+                        _metric(entry, "Recall"),
+                    )
+                except (KeyError, TypeError, ValueError):
+                    continue  # a malformed entry is an unavailable one, counted in the metrics
+                chair_i[i], chair_s[i], recall[i] = parts
+                chair_ok[i] = True
+        scores = cider.copy()
+        bonus = self.recall_weight * recall - self.chair_weight * chair_i
+        scores[chair_ok] += bonus[chair_ok]
+        return CaptionRewardResult(
+            scores=scores,
+            cider=cider,
+            chair_i=chair_i,
+            chair_s=chair_s,
+            recall=recall,
+            chair_ok=chair_ok,
+            chair_requested=self.chair_client is not None,
+        )
