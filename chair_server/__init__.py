@@ -4,3 +4,7 @@ No torch import anywhere in this package: it runs on any machine with Python and
 """
 
 __version__ = "0.1.0"
+
+from chair_server.scorer import ChairScorer
+
+__all__ = ["ChairScorer", "__version__"]

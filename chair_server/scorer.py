@@ -1,0 +1,177 @@
+"""ChairScorer: CHAIR_s, CHAIR_i and recall of captions against per-image ground-truth objects.
+
+Formulas (Rohrbach et al., EMNLP 2018): a mention is hallucinated when its category is not in
+the image's ground truth; CHAIR_i = hallucinated mentions / mentions (micro-averaged over the
+scored captions); CHAIR_s = captions with a hallucinated mention / captions; Recall = ground
+truth categories mentioned / ground truth categories (micro-averaged). Values are fractions in
+[0, 1]; papers print them times 100.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from chair_server import ground_truth as gt
+from chair_server.mentions import MentionExtractor
+
+
+class ChairScorer:
+    """Scores captions; ground truth and vocabulary tables are built once and reused."""
+
+    def __init__(self, objects: gt.GroundTruth, extractor: MentionExtractor | None = None) -> None:
+        self._objects = dict(objects)
+        self._extractor = extractor or MentionExtractor()
+        self.source = "mapping"
+        self.loaded_from_cache = False
+
+    @classmethod
+    def from_coco(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        use_cache: bool = True,
+    ) -> ChairScorer:
+        """Ground truth from COCO 2014 annotation files in ``folder``.
+
+        Reads whichever of ``instances_{train,val}2014.json`` and ``captions_{train,val}2014.json``
+        exist (at least one, else FileNotFoundError) and merges them: instance categories ∪
+        objects in the reference captions. The result is cached under ``cache_dir`` (default:
+        ``$CHAIR_CACHE_DIR`` or ``~/.cache/chair_server``) keyed by the files' sizes and mtimes
+        and the vocabulary, so the second start skips parsing the captions.
+        """
+        extractor = MentionExtractor()
+        objects, cached = gt.load_coco(folder, extractor, cache_dir=cache_dir, use_cache=use_cache)
+        scorer = cls(objects, extractor)
+        scorer.source = f"coco:{Path(folder)}"
+        scorer.loaded_from_cache = cached
+        return scorer
+
+    @classmethod
+    def from_ground_truth(cls, path_or_mapping: str | os.PathLike[str] | Mapping) -> ChairScorer:
+        """Ground truth from ``{"<image_id>": ["person", ...]}`` (a JSON file path or a mapping).
+
+        Names may be categories or synonyms ("man" counts as person); unknown names raise
+        ValueError naming the image.
+        """
+        extractor = MentionExtractor()
+        scorer = cls(gt.load_mapping(path_or_mapping, extractor), extractor)
+        if not isinstance(path_or_mapping, Mapping):
+            scorer.source = f"ground-truth:{Path(path_or_mapping)}"
+        return scorer
+
+    # ground truth -----------------------------------------------------------------------
+    def ground_truth(self) -> dict[gt.ImageId, list[str]]:
+        """``{image_id: sorted category names}`` for every known image."""
+        return {k: sorted(v) for k, v in self._objects.items()}
+
+    def save_ground_truth(self, path: str | os.PathLike[str]) -> None:
+        """Write ``{"<image_id>": [...]}``, the file ``from_ground_truth`` reads."""
+        Path(path).write_text(json.dumps(gt.to_json(self._objects), indent=0), encoding="utf-8")
+
+    @property
+    def num_images(self) -> int:
+        return len(self._objects)
+
+    def knows(self, image_id: object) -> bool:
+        try:
+            return gt.normalize_image_id(image_id) in self._objects
+        except ValueError:
+            return False
+
+    # parsing and scoring ----------------------------------------------------------------
+    def mentions(self, caption: str) -> list[tuple[str, str]]:
+        """``[(word, category), ...]`` of a caption in order (see MentionExtractor.mentions)."""
+        return self._extractor.mentions(caption)
+
+    def score_one(self, image_id: object, caption: str) -> dict[str, Any]:
+        """One caption's entry: mentions, hallucinations and per-caption metrics.
+
+        Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics.
+        """
+        try:
+            key = gt.normalize_image_id(image_id)
+        except ValueError as exc:
+            return {"image_id": image_id, "caption": caption, "error": str(exc)}
+        truth = self._objects.get(key)
+        if truth is None:
+            return {
+                "image_id": image_id,
+                "caption": caption,
+                "error": f"unknown image_id {image_id!r}",
+            }
+        found = self._extractor.mentions(caption)
+        hallucinated = [[w, c] for w, c in found if c not in truth]
+        mentioned = [c for _, c in found]
+        recalled = len(truth.intersection(mentioned))
+        n = len(found)
+        return {
+            "image_id": image_id,
+            "caption": caption,
+            "mentioned": mentioned,
+            "hallucinated": hallucinated,
+            "no_mentions": n == 0,
+            "metrics": {
+                "CHAIRs": int(bool(hallucinated)),
+                "CHAIRi": len(hallucinated) / n if n else 0.0,
+                "Recall": recalled / len(truth) if truth else 0.0,
+                "mentions": n,
+                "hallucinated": len(hallucinated),
+                "ground_truth": len(truth),
+                "recalled": recalled,
+            },
+        }
+
+    def score(self, items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """Score ``[{"image_id", "caption"}, ...]``.
+
+        Returns ``{"sentences": [...], "overall_metrics": {...}}``: one entry per item in order
+        (see ``score_one``); overall CHAIRs/CHAIRi/Recall are micro-averages over the captions
+        whose image is known, with counts of captions, errors, mentions and captions without
+        any object mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect").
+        """
+        sentences = []
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise ValueError(f"captions[{index}] must be an object with image_id and caption")
+            for field in ("image_id", "caption"):
+                if field not in item:
+                    raise ValueError(f"captions[{index}].{field} is missing")
+            if not isinstance(item["caption"], str):
+                raise ValueError(f"captions[{index}].caption must be a string")
+            sentences.append(self.score_one(item["image_id"], item["caption"]))
+        return {"sentences": sentences, "overall_metrics": overall_metrics(sentences)}
+
+
+def overall_metrics(sentences: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Micro-averaged corpus metrics over scored entries (entries with ``error`` are skipped)."""
+    captions = hallucinated_captions = mentions = hallucinated = truth = recalled = empty = 0
+    words = 0
+    for entry in sentences:
+        if "error" in entry:
+            continue
+        m = entry["metrics"]
+        captions += 1
+        hallucinated_captions += m["CHAIRs"]
+        mentions += m["mentions"]
+        hallucinated += m["hallucinated"]
+        truth += m["ground_truth"]
+        recalled += m["recalled"]
+        empty += int(m["mentions"] == 0)
+        words += len(entry["caption"].split())
+    return {
+        "CHAIRs": hallucinated_captions / captions if captions else 0.0,
+        "CHAIRi": hallucinated / mentions if mentions else 0.0,
+        "Recall": recalled / truth if truth else 0.0,
+        "captions": captions,
+        "errors": len(sentences) - captions,
+        "mentions": mentions,
+        "hallucinated_mentions": hallucinated,
+        "hallucinated_captions": hallucinated_captions,
+        "no_mention_captions": empty,
+        "mean_length": words / captions if captions else 0.0,
+    }
