@@ -1,0 +1,163 @@
+"""Flask application factory of the CHAIR service (served by waitress, see ``__main__``)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from chair_server import __version__, vocabulary
+from chair_server.config import ServerSettings
+from chair_server.scorer import ChairScorer
+
+log = logging.getLogger("chair_server")
+
+
+class BadRequest(ValueError):
+    """Client error with a message naming the offending field (-> 400)."""
+
+
+class TooLarge(ValueError):
+    """Request over a configured limit (-> 413)."""
+
+
+def _validate_items(items: object, where: str, max_batch: int) -> list[Mapping[str, Any]]:
+    if not isinstance(items, list):
+        raise BadRequest(f"{where} must be a list of {{image_id, caption}} objects")
+    if len(items) > max_batch:
+        raise TooLarge(f"{where} has {len(items)} captions, more than max_batch={max_batch}")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where}[{i}] must be an object with image_id and caption")
+        for name in ("image_id", "caption"):
+            if name not in item:
+                raise BadRequest(f"{where}[{i}].{name} is missing")
+        image_id = item["image_id"]
+        if isinstance(image_id, bool) or not isinstance(image_id, int | str):
+            raise BadRequest(f"{where}[{i}].image_id must be an integer or a string")
+        if not isinstance(item["caption"], str):
+            raise BadRequest(f"{where}[{i}].caption must be a string")
+    return items
+
+
+def _json_body() -> object:
+    raw = request.get_data(cache=False)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body: malformed JSON ({exc})") from exc
+
+
+def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> Flask:
+    """The WSGI app: ``POST /v1/chair``, ``POST /computeCaption``, ``GET /health``, ``GET /v1/info``.
+
+    Errors are JSON ``{"error": "..."}``: 400 for malformed JSON or bad fields (named), 401
+    without the bearer token (when one is set; /health stays open for launchers), 413 for a
+    body over ``max_body_mb`` or more than ``max_batch`` captions.
+    """
+    settings = settings or ServerSettings(ground_truth="<in-memory>")
+    app = Flask("chair_server")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False
+    token = settings.token
+    categories = list(vocabulary.CATEGORY_NAMES)
+
+    @app.before_request
+    def _start() -> Response | None:
+        g.started = time.perf_counter()
+        g.count = 0
+        if token and request.path != "/health":
+            header = request.headers.get("Authorization", "")
+            given = header[7:] if header.startswith("Bearer ") else ""
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+        return None
+
+    @app.after_request
+    def _access_log(response: Response) -> Response:
+        elapsed = (time.perf_counter() - g.get("started", time.perf_counter())) * 1000
+        log.info(
+            "%s %s %d captions=%d %.1fms",
+            request.method,
+            request.path,
+            response.status_code,
+            g.get("count", 0),
+            elapsed,
+        )
+        return response
+
+    @app.errorhandler(BadRequest)
+    def _bad_request(exc: BadRequest) -> Response:
+        return _error(400, str(exc))
+
+    @app.errorhandler(TooLarge)
+    def _too_large(exc: TooLarge) -> Response:
+        return _error(413, str(exc))
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        message = exc.description or exc.name
+        if exc.code == 413:
+            message = f"request body over the limit of {settings.max_body_mb:g} MiB"
+        return _error(exc.code or 500, message)
+
+    @app.errorhandler(Exception)
+    def _internal(exc: Exception) -> Response:
+        log.exception("internal error")
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    @app.get("/health")
+    def health() -> Response:
+        return jsonify(status="ok", images=scorer.num_images)
+
+    @app.get("/v1/info")
+    def info() -> Response:
+        return jsonify(
+            version=__version__,
+            vocabulary=vocabulary.fingerprint(),
+            categories=categories,
+            num_categories=len(categories),
+            images=scorer.num_images,
+            source=scorer.source,
+            max_batch=settings.max_batch,
+            max_body_bytes=settings.max_body_bytes,
+        )
+
+    def _score(items: list[Mapping[str, Any]]) -> Response:
+        g.count = len(items)
+        return jsonify(scorer.score(items))
+
+    @app.post("/v1/chair")
+    def chair() -> Response:
+        body = _json_body()
+        if not isinstance(body, dict):
+            raise BadRequest('body must be an object {"captions": [...]}')
+        if "captions" not in body:
+            raise BadRequest("captions is missing")
+        return _score(_validate_items(body["captions"], "captions", settings.max_batch))
+
+    @app.post("/computeCaption")
+    def compute_caption() -> Response:
+        # EntropyRL's request forms: a list, {"captions": [...]}, or one {caption, image_id}.
+        body = _json_body()
+        if isinstance(body, dict) and "captions" in body:
+            items = _validate_items(body["captions"], "captions", settings.max_batch)
+        elif isinstance(body, dict):
+            items = _validate_items([body], "body", settings.max_batch)
+        else:
+            items = _validate_items(body, "body", settings.max_batch)
+        return _score(items)
+
+    return app
+
+
+def _error(status: int, message: str) -> Response:
+    response = jsonify(error=message)
+    response.status_code = status
+    return response

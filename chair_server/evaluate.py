@@ -1,0 +1,84 @@
+"""``python -m chair_server.evaluate``: CHAIR of a captions file, printed as a markdown table.
+
+    python -m chair_server.evaluate --captions caps.jsonl (--coco DIR | --ground-truth FILE) \
+        [--json OUT]
+
+``caps.jsonl`` holds one ``{"image_id": ..., "caption": "..."}`` per line. CHAIR_s, CHAIR_i and
+recall are printed in percent (as papers print them); ``--json`` writes the full scorer output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from chair_server.scorer import ChairScorer
+
+
+def read_captions(path: str | Path) -> list[dict[str, Any]]:
+    """JSON lines of ``{"image_id", "caption"}``; errors name the line and the field."""
+    items = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: malformed JSON ({exc})") from exc
+            if not isinstance(item, dict):
+                raise ValueError(f"{path}:{number}: expected an object with image_id and caption")
+            for name in ("image_id", "caption"):
+                if name not in item:
+                    raise ValueError(f"{path}:{number}: {name} is missing")
+            items.append({"image_id": item["image_id"], "caption": item["caption"]})
+    return items
+
+
+def format_table(name: str, overall: dict[str, Any]) -> str:
+    """One-row markdown table of the corpus metrics (percent)."""
+    return "\n".join(
+        [
+            "| captions | CHAIR_s | CHAIR_i | recall | mean length (words) | scored | errors |",
+            "|---|---|---|---|---|---|---|",
+            f"| {name} | {100 * overall['CHAIRs']:.1f} | {100 * overall['CHAIRi']:.1f} | "
+            f"{100 * overall['Recall']:.1f} | {overall['mean_length']:.1f} | "
+            f"{overall['captions']} | {overall['errors']} |",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chair_server.evaluate", description=__doc__)
+    parser.add_argument("--captions", required=True, help="JSON lines {image_id, caption}")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--coco", help="folder with COCO 2014 annotation files")
+    source.add_argument("--ground-truth", help='JSON {"<image_id>": [category, ...]}')
+    parser.add_argument("--cache-dir", help="ground-truth cache folder for --coco")
+    parser.add_argument("--json", dest="json_out", help="write the full scorer output here")
+    args = parser.parse_args(argv)
+    try:
+        if args.coco:
+            scorer = ChairScorer.from_coco(args.coco, cache_dir=args.cache_dir)
+        else:
+            scorer = ChairScorer.from_ground_truth(args.ground_truth)
+        result = scorer.score(read_captions(args.captions))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(Path(args.captions).name, result["overall_metrics"]))
+    if result["overall_metrics"]["errors"]:
+        print(
+            f"{result['overall_metrics']['errors']} captions left out (unknown image id)",
+            file=sys.stderr,
+        )
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

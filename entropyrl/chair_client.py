@@ -1,0 +1,227 @@
+"""HTTP client of the CHAIR service (``python -m chair_server``) for reward computation.
+
+Stdlib only (urllib). One POST per chunk of ``max_batch`` captions; connection errors, time-outs
+and 5xx answers are retried with exponential backoff inside a bounded total time. When the
+service stays down the client returns ``None`` for those samples and counts them (the trainer
+then uses its documented fallback), unless ``strict=True``, where it raises ChairServiceError.
+
+What ``score`` returns per sample, and how to tell the cases apart:
+
+- a dict with ``"metrics"`` (``CHAIRs``, ``CHAIRi``, ``Recall``, ``mentions``, ...): scored;
+- a dict with ``"error"`` (and no ``"metrics"``): the service answered but could not score this
+  caption, e.g. an unknown image id; counted in ``chair/error_samples``;
+- ``None``: the service could not be reached or answered badly; counted in
+  ``chair/fallback_samples``. ``ChairClient.is_scored(entry)`` is True only for the first case.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class ChairServiceError(RuntimeError):
+    """The CHAIR service could not score a batch (raised only with ``strict=True``)."""
+
+
+class _Retryable(Exception):
+    pass
+
+
+class _Fatal(Exception):
+    pass
+
+
+class ChairClient:
+    """Batched, retrying client; counters are exposed through ``metrics()``.
+
+    Args:
+        url: service base URL, e.g. ``http://127.0.0.1:5000``.
+        timeout: seconds per HTTP request.
+        retries: extra attempts per chunk after the first (connection errors, time-outs, 5xx).
+        backoff: first retry delay in seconds, doubled on each further retry.
+        token: bearer token when the service was started with ``--token``.
+        max_batch: captions per HTTP request (larger inputs are chunked).
+        strict: raise ChairServiceError instead of returning None for failed samples.
+        total_timeout: upper bound in seconds on one ``score`` call's network time (default:
+            enough for every attempt of one chunk). Once a chunk has failed, the remaining chunks
+            of the call are not attempted, so a dead service costs at most this much per call.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        token: str | None = None,
+        max_batch: int = 512,
+        strict: bool = False,
+        total_timeout: float | None = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if retries < 0 or timeout <= 0 or backoff < 0:
+            raise ValueError("retries must be >= 0, timeout > 0 and backoff >= 0")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.token = token
+        self.max_batch = max_batch
+        self.strict = strict
+        if total_timeout is None:
+            total_timeout = timeout * (retries + 1) + backoff * (2**retries - 1)
+        self.total_timeout = total_timeout
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(
+            (
+                "requests",
+                "retries",
+                "failures",
+                "scored_samples",
+                "error_samples",
+                "fallback_samples",
+            ),
+            0,
+        )
+
+    # counters ---------------------------------------------------------------------------
+    def _count(self, **increments: int) -> None:
+        with self._lock:
+            for key, value in increments.items():
+                self._counts[key] += value
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Raw counters: requests, retries, failures (chunks), scored/error/fallback samples."""
+        with self._lock:
+            return dict(self._counts)
+
+    def metrics(self) -> dict[str, float]:
+        """Counters under ``chair/...`` names for the trainer's metric logger."""
+        return {f"chair/{key}": float(value) for key, value in self.stats.items()}
+
+    @staticmethod
+    def is_scored(entry: Mapping[str, Any] | None) -> bool:
+        """True when ``entry`` carries metrics (not None, not a per-caption error)."""
+        return entry is not None and "metrics" in entry
+
+    # HTTP -------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def _post(self, payload: bytes, timeout: float) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.url + "/v1/chair", data=payload, headers=self._headers(), method="POST"
+        )
+        self._count(requests=1)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:500].decode("utf-8", "replace")
+            if exc.code >= 500:
+                raise _Retryable(f"HTTP {exc.code}: {detail}") from exc
+            raise _Fatal(f"HTTP {exc.code}: {detail}") from exc
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise _Retryable(f"malformed JSON answer: {exc}") from exc
+
+    def _score_chunk(self, chunk: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+        payload = json.dumps({"captions": chunk}).encode()
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Fatal("total time budget spent")
+            try:
+                answer = self._post(payload, min(self.timeout, remaining))
+                sentences = answer.get("sentences") if isinstance(answer, dict) else None
+                if not isinstance(sentences, list) or len(sentences) != len(chunk):
+                    raise _Fatal("answer has no 'sentences' list of the request's length")
+                return sentences
+            except _Retryable as exc:
+                if attempt >= self.retries:
+                    raise _Fatal(f"{exc} (after {attempt + 1} attempts)") from exc
+                delay = self.backoff * 2**attempt
+                if time.monotonic() + delay >= deadline:
+                    raise _Fatal(f"{exc} (time budget spent)") from exc
+                self._count(retries=1)
+                time.sleep(delay)
+                attempt += 1
+
+    def score(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
+        """Per-sample service entries in input order; None where the service failed.
+
+        ``items`` are ``{"image_id": int | str, "caption": str}`` mappings (ValueError naming
+        the field otherwise). See the module docstring for telling results apart.
+        """
+        captions: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise ValueError(f"items[{i}] must be a mapping with image_id and caption")
+            for name in ("image_id", "caption"):
+                if name not in item:
+                    raise ValueError(f"items[{i}].{name} is missing")
+            if not isinstance(item["caption"], str):
+                raise ValueError(f"items[{i}].caption must be a string")
+            captions.append({"image_id": item["image_id"], "caption": item["caption"]})
+        results: list[dict[str, Any] | None] = [None] * len(captions)
+        deadline = time.monotonic() + self.total_timeout
+        failure: str | None = None
+        for start in range(0, len(captions), self.max_batch):
+            chunk = captions[start : start + self.max_batch]
+            if failure is None:
+                try:
+                    sentences = self._score_chunk(chunk, deadline)
+                except _Fatal as exc:
+                    failure = str(exc)
+                else:
+                    results[start : start + len(chunk)] = sentences
+                    errors = sum(1 for s in sentences if "error" in s)
+                    self._count(scored_samples=len(chunk) - errors, error_samples=errors)
+                    continue
+            self._count(failures=1, fallback_samples=len(chunk))
+        if failure is not None and self.strict:
+            raise ChairServiceError(f"CHAIR service at {self.url} failed: {failure}")
+        return results
+
+    def health(self, timeout: float | None = None) -> bool:
+        """One ``GET /health``; True when the service answers 200."""
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(self.url + "/health", headers=self._headers()),
+                timeout=timeout or self.timeout,
+            ) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, TimeoutError):
+            return False
+
+    def wait_until_healthy(self, timeout: float = 30.0) -> bool:
+        """Poll ``/health`` until it answers or ``timeout`` s pass (raises in strict mode)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            if self.health(timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return True
+            if time.monotonic() + delay > deadline:
+                if self.strict:
+                    raise ChairServiceError(
+                        f"CHAIR service at {self.url} not healthy after {timeout}s"
+                    )
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
