@@ -1,0 +1,264 @@
+"""Group-relative advantages (GRPO) and the entropy-guided estimators built on them.
+
+Conventions shared by every function here:
+
+- ``group`` is a 1-D integer tensor of group ids (one per sample, arbitrary values, any order);
+  samples with the same id were sampled for the same prompt. Work is vectorised over groups
+  (segment sums with ``index_add_``), never a Python loop over groups.
+- NaN policy. ``scores`` must be finite: NaN/inf raise ``ValueError`` naming ``scores``, because
+  a missing reward cannot be guessed. A non-finite ``entropy`` means "entropy unavailable for that
+  sample" (e.g. its segment was empty): the sample keeps its plain GRPO advantage (bonus 0 /
+  weight 1), is left out of its group's entropy mean and is counted in
+  ``egpo/entropy/missing``. Finite entropies must be >= 0.
+- Outputs are float32 (float64 when ``scores`` is float64) and never NaN/inf for finite inputs.
+  An empty batch (B = 0) returns empty tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from entropyrl._segments import (
+    check_1d,
+    float_dtype,
+    group_index,
+    seg_count,
+    seg_max,
+    seg_sum,
+)
+
+__all__ = [
+    "broadcast_to_tokens",
+    "egpo_bonus_advantage",
+    "egpo_ratio_advantage",
+    "entropy_shaped_token_advantage",
+    "grpo_advantage",
+]
+
+
+def _check_scores(scores: Tensor) -> None:
+    check_1d(scores, "scores")
+    if not torch.isfinite(scores).all():
+        bad = int((~torch.isfinite(scores)).sum())
+        raise ValueError(f"scores must be finite: {bad} NaN/inf value(s) (a reward is missing)")
+
+
+def _grpo(scores: Tensor, group: Tensor, norm_by_std: bool, eps: float):
+    """Shared GRPO core: (A Tensor[B], inv LongTensor[B], G)."""
+    _check_scores(scores)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    inv, num_groups = group_index(group, scores.shape[0])
+    dtype = float_dtype(scores)
+    x = scores.to(dtype)
+    count = seg_count(inv, num_groups, dtype)
+    # Shift each group by its own maximum before averaging: a group of identical rewards then
+    # has deviations that are exactly 0 (no 1e-8 rounding left by subtracting a mean), and the
+    # two-pass variance is better conditioned. Mathematically this is the plain mean/std.
+    dev = x - seg_max(x, inv, num_groups)[inv]
+    mean_dev = seg_sum(dev, inv, num_groups) / count.clamp_min(1.0)
+    centered = dev - mean_dev[inv]
+    if not norm_by_std:
+        return centered, inv, num_groups
+    # Unbiased std (n - 1), as torch.std in verl's `grpo`. Singletons: centered is 0, so A = 0.
+    var = seg_sum(centered * centered, inv, num_groups) / (count - 1.0).clamp_min(1.0)
+    return centered / (torch.sqrt(var)[inv] + eps), inv, num_groups
+
+
+def grpo_advantage(
+    scores: Tensor, group: Tensor, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """Group-relative advantage A_i = (r_i - mean_g r) / (std_g r + eps) (GRPO, arXiv 2402.03300).
+
+    Args:
+        scores: Tensor[B] scalar reward per response (finite).
+        group: IntTensor[B] group id per response (any values, any order).
+        norm_by_std: divide by the group's unbiased std; False gives Dr. GRPO (arXiv 2503.20783).
+        eps: added to the std.
+
+    Returns:
+        Tensor[B]. Equals verl's ``grpo`` / ``grpo_vectorized`` for groups of two or more, with
+        two deliberate differences: a group of one gets 0 (verl returns r / (1 + eps), a
+        "reward as advantage" that no other sample is compared against), and a group of
+        identical rewards gets exactly 0.
+    """
+    return _grpo(scores, group, norm_by_std, eps)[0]
+
+
+def _entropy_available(entropy: Tensor, length: int) -> Tensor:
+    """BoolTensor[B]: which samples have an entropy; validates the rest."""
+    check_1d(entropy, "entropy", length)
+    available = torch.isfinite(entropy)
+    if (entropy[available] < 0).any():
+        raise ValueError("entropy must be >= 0 (NaN marks a missing value)")
+    return available
+
+
+def _metrics(values: dict[str, Tensor]) -> dict[str, float]:
+    # One device->host transfer for all metrics.
+    if not values:
+        return {}
+    stacked = torch.stack([v.detach().to(torch.float64).reshape(()) for v in values.values()])
+    return dict(zip(values.keys(), stacked.tolist()))
+
+
+def _masked_avg(x: Tensor, keep: Tensor) -> Tensor:
+    return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum().clamp_min(1)
+
+
+def egpo_bonus_advantage(
+    scores: Tensor,
+    entropy: Tensor,
+    group: Tensor,
+    *,
+    lam: float = 0.4,
+    alpha: float = 2.0,
+    norm_by_std: bool = True,
+) -> tuple[Tensor, dict[str, float]]:
+    """EGPO additive entropy bonus: A_i + lam * clip(H_i, -|A_i|/alpha, |A_i|/alpha).
+
+    Hao et al. 2025, "Reasoning through Exploration", arXiv 2508.05118 (lam 0.4, alpha 2, the
+    paper asks alpha > 1). Since H_i >= 0 the bonus is lam * min(H_i, |A_i|/alpha) >= 0: it is 0
+    where A_i = 0 and never flips the sign of A_i as long as lam < alpha.
+
+    Args:
+        scores: Tensor[B] rewards. entropy: Tensor[B] sequence entropy H_i (NaN = missing).
+        group: IntTensor[B] group ids.
+
+    Returns:
+        (Tensor[B] advantages, metrics): ``egpo/bonus/mean``, ``egpo/bonus/clip_frac`` (share of
+        samples with an entropy whose bonus was capped by |A|/alpha), ``egpo/entropy/seq_mean``,
+        ``egpo/entropy/missing`` (count of samples without entropy).
+    """
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0 (the paper uses alpha > 1), got {alpha}")
+    adv, _, _ = _grpo(scores, group, norm_by_std, 1e-6)
+    available = _entropy_available(entropy, scores.shape[0])
+    h = torch.where(available, entropy.to(adv.dtype), torch.zeros_like(adv))
+    bound = adv.abs() / alpha
+    capped = torch.minimum(torch.maximum(h, -bound), bound)
+    bonus = lam * capped
+    out = adv + bonus
+    return out, _metrics(
+        {
+            "egpo/bonus/mean": bonus.mean() if bonus.numel() else bonus.sum(),
+            "egpo/bonus/clip_frac": _masked_avg((capped != h).to(adv.dtype), available),
+            "egpo/entropy/seq_mean": _masked_avg(h, available),
+            "egpo/entropy/missing": (~available).sum(),
+        }
+    )
+
+
+def egpo_ratio_advantage(
+    scores: Tensor,
+    entropy: Tensor,
+    group: Tensor,
+    *,
+    lambda_min: float = 0.5,
+    lambda_max: float = 2.0,
+    entropy_eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> tuple[Tensor, dict[str, float]]:
+    """EGPO confidence calibration: A_i * clip(Hbar_g / (H_i + eps), lambda_min, lambda_max).
+
+    Hbar_g is the mean entropy of the samples of the group that have one. Confident
+    (low-entropy) samples get their advantage amplified, hesitant ones damped. A sample without
+    entropy, or a group where no sample has one, gets weight 1. Zero entropy is safe: the ratio
+    is at most Hbar/eps and then clipped; a group whose entropies are all 0 gets ratio 0, i.e.
+    weight lambda_min (the formula read literally).
+
+    Args:
+        scores: Tensor[B] rewards. entropy: Tensor[B] sequence entropy (NaN = missing).
+        group: IntTensor[B] group ids.
+
+    Returns:
+        (Tensor[B] advantages, metrics): ``egpo/weight/mean``, ``egpo/weight/std`` (over all
+        samples), ``egpo/entropy/seq_mean``, ``egpo/ratio/max`` (raw ratio before the clip, over
+        samples with entropy), ``egpo/entropy/missing``.
+    """
+    if not 0 <= lambda_min <= lambda_max:
+        raise ValueError(
+            f"need 0 <= lambda_min <= lambda_max, got lambda_min={lambda_min}, "
+            f"lambda_max={lambda_max}"
+        )
+    if entropy_eps <= 0:
+        raise ValueError(f"entropy_eps must be > 0, got {entropy_eps}")
+    adv, inv, num_groups = _grpo(scores, group, norm_by_std, 1e-6)
+    available = _entropy_available(entropy, scores.shape[0])
+    h = torch.where(available, entropy.to(adv.dtype), torch.zeros_like(adv))
+    avail_f = available.to(adv.dtype)
+    h_bar = seg_sum(h, inv, num_groups) / seg_sum(avail_f, inv, num_groups).clamp_min(1.0)
+    ratio = h_bar[inv] / (h + entropy_eps)
+    weight = torch.where(available, ratio.clamp(lambda_min, lambda_max), torch.ones_like(adv))
+    out = adv * weight
+    n = weight.numel()
+    ratio_max = (
+        torch.where(available, ratio, torch.zeros_like(ratio)).max() if n else weight.new_zeros(())
+    )
+    return out, _metrics(
+        {
+            "egpo/weight/mean": weight.mean() if n else weight.sum(),
+            "egpo/weight/std": weight.std(unbiased=False) if n else weight.sum(),
+            "egpo/entropy/seq_mean": _masked_avg(h, available),
+            "egpo/ratio/max": ratio_max,
+            "egpo/entropy/missing": (~available).sum(),
+        }
+    )
+
+
+def entropy_shaped_token_advantage(
+    adv: Tensor,
+    token_entropy: Tensor,
+    mask: Tensor,
+    *,
+    alpha: float = 0.4,
+    kappa: float = 2.0,
+) -> Tensor:
+    """Token-level entropy shaping: A_{i,t} + min(alpha * h_{i,t}.detach(), |A_i| / kappa).
+
+    Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective", arXiv 2506.14758
+    (alpha 0.4, kappa 2). The cap |A|/kappa keeps the term from dominating or flipping the
+    sign of the advantage (for kappa > 1).
+
+    Args:
+        adv: Tensor[B] per-sample or Tensor[B, T] per-token advantages.
+        token_entropy: Tensor[B, T] per-token entropy (detached here; NaN/inf count as 0).
+        mask: Tensor[B, T] response mask (bool or 0/1).
+
+    Returns:
+        Tensor[B, T] float32 (float64 for float64 ``adv``), 0 outside the mask.
+    """
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if kappa <= 0:
+        raise ValueError(f"kappa must be > 0, got {kappa}")
+    if token_entropy.dim() != 2:
+        raise ValueError(f"token_entropy must be [B, T], got shape {tuple(token_entropy.shape)}")
+    if mask.shape != token_entropy.shape:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} != token_entropy shape {tuple(token_entropy.shape)}"
+        )
+    if adv.dim() == 1:
+        check_1d(adv, "adv", token_entropy.shape[0])
+        adv = adv.unsqueeze(-1)
+    elif adv.shape != token_entropy.shape:
+        raise ValueError(f"adv must be [B] or [B, T], got shape {tuple(adv.shape)}")
+    if not torch.isfinite(adv).all():
+        raise ValueError("adv must be finite")
+    dtype = float_dtype(adv)
+    a = adv.detach().to(dtype)
+    h = token_entropy.detach().to(dtype)
+    h = torch.where(torch.isfinite(h), h, torch.zeros_like(h))
+    shaped = a + torch.minimum(alpha * h, a.abs() / kappa)
+    return torch.where(mask.bool(), shaped, torch.zeros_like(shaped))
+
+
+def broadcast_to_tokens(adv: Tensor, mask: Tensor) -> Tensor:
+    """Tensor[B] per-sample advantages -> Tensor[B, T] (``adv * mask``), as the engines expect."""
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    check_1d(adv, "adv", mask.shape[0])
+    return adv.unsqueeze(-1) * mask.to(adv.dtype)
