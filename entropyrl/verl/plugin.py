@@ -1,0 +1,47 @@
+"""verl plugin entry point (`[project.entry-points."verl.plugins"] entropyrl`).
+
+verl imports this module at the end of `import verl` in every process (driver, TaskRunner,
+Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing it registers:
+- advantage estimators `egpo`, `egpo_ratio`, `entropy_adv`, `maxent_grpo`;
+- the policy loss `per_sample_clip`;
+- the trainer `trainer.v1.trainer_mode=entropyrl`.
+verl logs plugin import errors at DEBUG level only, so `check_registrations()` verifies the
+registries and `entropyrl doctor` reports them.
+"""
+
+from __future__ import annotations
+
+from entropyrl.verl import estimators, loss, trainer
+
+ESTIMATORS: tuple[str, ...] = estimators.ESTIMATORS
+POLICY_LOSSES: tuple[str, ...] = (loss.LOSS_NAME,)
+TRAINERS: tuple[str, ...] = (trainer.TRAINER_MODE,)
+
+
+def registrations() -> dict[str, dict[str, bool]]:
+    """What verl's registries hold of ours: {kind: {name: registered}}."""
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.v1 import trainer_base
+
+    return {
+        "advantage_estimators": {
+            name: name in core_algos.ADV_ESTIMATOR_REGISTRY for name in ESTIMATORS
+        },
+        "policy_losses": {name: name in core_algos.POLICY_LOSS_REGISTRY for name in POLICY_LOSSES},
+        "trainers": {name: name in trainer_base.TRAINER_REGISTRY for name in TRAINERS},
+    }
+
+
+def check_registrations() -> None:
+    """Raise RuntimeError naming whatever is not registered with verl."""
+    missing = [
+        f"{kind}:{name}"
+        for kind, names in registrations().items()
+        for name, ok in names.items()
+        if not ok
+    ]
+    if missing:
+        raise RuntimeError(f"entropyrl verl plugin: not registered: {', '.join(missing)}")
+
+
+check_registrations()
