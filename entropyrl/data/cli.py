@@ -1,0 +1,140 @@
+"""``entropyrl prepare coco|fc``: dataset converters on the command line.
+
+Top-level imports stay light (argparse only) so ``entropyrl --help`` is fast; the converters
+and pyarrow load when a command runs. Exit codes: 0 done, 2 missing or malformed input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``prepare`` with the ``coco`` and ``fc`` sub-commands to the entropyrl CLI."""
+    prepare = subparsers.add_parser(
+        "prepare", help="convert data sets to verl RLHF parquet (coco captions, function calling)"
+    )
+    commands = prepare.add_subparsers(dest="prepare_command", metavar="SOURCE")
+
+    coco = commands.add_parser(
+        "coco",
+        help="COCO 2014 captions -> parquet, CIDEr-D df file, CHAIR ground truth",
+        description="COCO 2014 captions -> {train,val,test}.parquet, cider_df.json.gz (train "
+        "references) and chair_ground_truth.json.",
+    )
+    coco.add_argument("--annotations", required=True, help="folder with captions_*2014.json")
+    coco.add_argument("--images", required=True, help="folder with train2014/ and val2014/")
+    coco.add_argument("--karpathy", default=None, help="Karpathy's dataset_coco.json (splits)")
+    coco.add_argument("--out", required=True, help="output folder")
+    coco.add_argument(
+        "--prompt",
+        default=None,
+        help='user prompt (default "<image>Please describe this image in detail.", the CHAIR '
+        "evaluation prompt)",
+    )
+    coco.add_argument(
+        "--val-size", type=int, default=5000, help="val2014 images for val without --karpathy"
+    )
+    coco.add_argument(
+        "--test-size", type=int, default=5000, help="val2014 images for test without --karpathy"
+    )
+    coco.add_argument(
+        "--no-check-images", action="store_true", help="do not require the image files to exist"
+    )
+    coco.add_argument("--no-chair", action="store_true", help="skip chair_ground_truth.json")
+    coco.set_defaults(func=_run_coco)
+
+    fc = commands.add_parser(
+        "fc",
+        help="function-calling data (xlam, messages, bfcl) -> parquet",
+        description="Function-calling data -> train.parquet / test.parquet; the split depends "
+        "only on each example's content (sha1), never on the input order.",
+    )
+    fc.add_argument("--format", required=True, choices=("xlam", "messages", "bfcl"))
+    fc.add_argument("--input", required=True, help="JSON or JSON-lines file")
+    fc.add_argument(
+        "--answers",
+        default=None,
+        help="BFCL possible-answer file (default: possible_answer/<input name> beside the input)",
+    )
+    fc.add_argument("--out", required=True, help="output folder")
+    fc.add_argument(
+        "--max-samples", type=int, default=1000, help="examples kept (<= 0: all; default 1000)"
+    )
+    fc.add_argument(
+        "--test-size",
+        type=float,
+        default=0.05,
+        help="test fraction (< 1) or count (>= 1); default 0.05",
+    )
+    fc.add_argument("--seed", type=int, default=42, help="salt of the sample/split hash (42)")
+    fc.add_argument("--system-prompt", default=None, help="system text placed before the tools")
+    fc.add_argument("--data-source", default="function_calling", help="data_source column")
+    fc.set_defaults(func=_run_fc)
+
+    prepare.set_defaults(func=lambda args: _usage(prepare))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _report(summary: dict[str, Any]) -> None:
+    first = summary.pop("first_rejects", [])
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    if first:
+        print(f"first {len(first)} rejected rows:", file=sys.stderr)
+        for line in first:
+            print(f"  {line}", file=sys.stderr)
+    for warning in summary.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _run_coco(args: argparse.Namespace) -> int:
+    from entropyrl.data.coco import DEFAULT_CAPTION_PROMPT, prepare_coco
+    from entropyrl.data.io import InputFileError
+
+    try:
+        summary = prepare_coco(
+            args.annotations,
+            args.images,
+            args.out,
+            karpathy=args.karpathy,
+            prompt=args.prompt or DEFAULT_CAPTION_PROMPT,
+            val_size=args.val_size,
+            test_size=args.test_size,
+            check_images=not args.no_check_images,
+            chair_ground_truth=not args.no_chair,
+        )
+    except InputFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    _report(summary)
+    return 0
+
+
+def _run_fc(args: argparse.Namespace) -> int:
+    from entropyrl.data.function_calling import DEFAULT_SYSTEM_PROMPT, prepare_function_calling
+    from entropyrl.data.io import InputFileError
+
+    try:
+        summary = prepare_function_calling(
+            args.input,
+            args.out,
+            fmt=args.format,
+            answers_path=args.answers,
+            max_samples=args.max_samples,
+            test_size=args.test_size,
+            seed=args.seed,
+            system_prompt=args.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            data_source=args.data_source,
+        )
+    except InputFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    _report(summary)
+    return 0
