@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         threads=settings.workers,
-        max_request_body_size=settings.max_body_bytes + 1024,
+        # waitress's own cap sits above the app's so the app answers 413 as JSON
+        max_request_body_size=2 * settings.max_body_bytes + (1 << 20),
         ident="chair_server",
     )
     host = f"[{settings.host}]" if ":" in settings.host else settings.host

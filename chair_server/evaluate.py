@@ -42,7 +42,7 @@ def format_table(name: str, overall: dict[str, Any]) -> str:
     """One-row markdown table of the corpus metrics (percent)."""
     return "\n".join(
         [
-            "| captions | CHAIR_s | CHAIR_i | recall | mean length (words) | scored | errors |",
+            "| file | CHAIR_s | CHAIR_i | recall | mean length (words) | scored | errors |",
             "|---|---|---|---|---|---|---|",
             f"| {name} | {100 * overall['CHAIRs']:.1f} | {100 * overall['CHAIRi']:.1f} | "
             f"{100 * overall['Recall']:.1f} | {overall['mean_length']:.1f} | "

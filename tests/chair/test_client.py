@@ -1,0 +1,160 @@
+"""ChairClient: chunking, retries on 5xx, fallback to None while the service is down, recovery
+after a restart, strict mode."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from chair_server import ChairScorer
+from chair_server.launch import start_server
+from entropyrl.chair_client import ChairClient, ChairServiceError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StubService:
+    """Answers POSTs with the given status codes in turn, then with a valid CHAIR answer."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = list(statuses)
+        self.posts = 0
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.posts += 1
+                status = stub.statuses.pop(0) if stub.statuses else 200
+                if status == 200:
+                    payload = {
+                        "sentences": [
+                            {"image_id": c["image_id"], "metrics": {"CHAIRi": 0.0}}
+                            for c in body["captions"]
+                        ]
+                    }
+                else:
+                    payload = {"error": "stub"}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+ITEMS = [{"image_id": i, "caption": "a dog"} for i in range(5)]
+
+
+def test_retries_on_5xx_then_succeeds() -> None:
+    stub = StubService([503, 500])
+    try:
+        client = ChairClient(stub.url, retries=3, backoff=0.01)
+        result = client.score(ITEMS)
+        assert [r["image_id"] for r in result] == list(range(5))
+        assert client.stats["retries"] == 2 and client.stats["requests"] == 3
+        assert client.metrics()["chair/failures"] == 0.0
+    finally:
+        stub.close()
+
+
+def test_4xx_is_not_retried_and_falls_back() -> None:
+    stub = StubService([400])
+    try:
+        client = ChairClient(stub.url, retries=3, backoff=0.01)
+        assert client.score(ITEMS) == [None] * 5
+        assert stub.posts == 1
+        assert client.metrics()["chair/fallback_samples"] == 5.0
+        assert client.metrics()["chair/failures"] == 1.0
+    finally:
+        stub.close()
+
+
+def test_retries_exhausted_gives_none_and_strict_raises() -> None:
+    stub = StubService([503] * 10)
+    try:
+        client = ChairClient(stub.url, retries=2, backoff=0.01)
+        assert client.score(ITEMS) == [None] * 5
+        assert stub.posts == 3
+        with pytest.raises(ChairServiceError, match="503"):
+            ChairClient(stub.url, retries=1, backoff=0.01, strict=True).score(ITEMS)
+    finally:
+        stub.close()
+
+
+def test_chunking_one_request_per_chunk(chair_server_url, session_gt_file, sample_items) -> None:
+    client = ChairClient(chair_server_url, max_batch=7)
+    got = client.score(sample_items)
+    expected = ChairScorer.from_ground_truth(session_gt_file).score(sample_items)["sentences"]
+    assert got == json.loads(json.dumps(expected))
+    assert client.stats["requests"] == -(-len(sample_items) // 7)
+    assert client.stats["error_samples"] == 1  # the unknown image id
+    assert ChairClient.is_scored(got[0]) and not ChairClient.is_scored(got[-1])
+    assert not ChairClient.is_scored(None)
+
+
+def test_bad_items_raise_naming_the_field() -> None:
+    client = ChairClient("http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"items\[1\].caption is missing"):
+        client.score([{"image_id": 1, "caption": "a"}, {"image_id": 2}])
+
+
+def test_service_down_then_restarted(session_gt_file) -> None:
+    port = free_port()
+    items = [{"image_id": 1001, "caption": "A man and a cat."}] * 10
+    server = start_server(ground_truth=session_gt_file, port=port)
+    client = ChairClient(server.url, timeout=2.0, retries=1, backoff=0.01, max_batch=4)
+    try:
+        assert client.wait_until_healthy(10)
+        first = client.score(items)
+        assert first[0]["metrics"]["CHAIRi"] == pytest.approx(0.5)
+        server.stop()
+        down = client.score(items)
+        assert down == [None] * 10
+        stats = client.stats
+        # the first chunk fails after its retries; the remaining chunks are not attempted
+        assert stats["failures"] == 3 and stats["fallback_samples"] == 10
+        assert not client.wait_until_healthy(0.2)
+        with pytest.raises(ChairServiceError):
+            ChairClient(server.url, retries=0, strict=True).score(items)
+        server = start_server(ground_truth=session_gt_file, port=port)
+        assert client.wait_until_healthy(10)
+        assert client.score(items) == first
+        assert client.stats["fallback_samples"] == 10
+    finally:
+        server.stop()
+
+
+def test_wait_until_healthy_strict_raises() -> None:
+    client = ChairClient(f"http://127.0.0.1:{free_port()}", strict=True)
+    with pytest.raises(ChairServiceError, match="not healthy"):
+        client.wait_until_healthy(0.2)
+
+
+def test_hanging_service_is_bounded() -> None:
+    """A service that accepts but never answers: the client gives up within its budget."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        client = ChairClient(url, timeout=0.2, retries=1, backoff=0.01, total_timeout=1.0)
+        assert client.score(ITEMS) == [None] * 5
+        assert client.stats["requests"] == 2 and client.stats["retries"] == 1
