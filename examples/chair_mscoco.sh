@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Hallucination-aware captioning on MSCOCO with verl (configs/chair_mscoco.yaml): GRPO with a
+# per-sample eps_high from each caption's CHAIR_i (0.3 clean / 0.5 hallucinating).
+#
+# usage: bash examples/chair_mscoco.sh [--dry-run] [hydra overrides ...]
+#   e.g. bash examples/chair_mscoco.sh trainer.total_epochs=1 algorithm.adv_estimator=egpo_ratio
+#
+# environment:
+#   MODEL_PATH          policy (default Qwen/Qwen2.5-VL-3B-Instruct: a local folder or a cached hub id)
+#   DATA_DIR            output of `entropyrl prepare coco` (default data/coco): train/val.parquet,
+#                       cider_df.json.gz, chair_ground_truth.json
+#   CHAIR_COCO          COCO 2014 annotation folder for the CHAIR service (instead of
+#                       $DATA_DIR/chair_ground_truth.json)
+#   CHAIR_TIMEOUT       seconds to wait for the CHAIR service to become healthy (default 300)
+#   N_GPUS              GPUs per node (default: all that nvidia-smi lists)
+#   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
+#
+# Starts the CHAIR service on a free port, waits for /health, trains, and stops the service on
+# any exit. Without a GPU, data or model it stops at once and says what is missing.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+er_parse_args "$@"
+
+MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
+DATA_DIR="${DATA_DIR:-$ER_ROOT/data/coco}"
+CHAIR_TIMEOUT="${CHAIR_TIMEOUT:-300}"
+
+# 1. prerequisites, cheapest first
+er_require_gpu
+er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare coco --annotations ... --images ... --out $DATA_DIR"
+er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare coco"
+er_require_file "$DATA_DIR/cider_df.json.gz" "CIDEr-D document frequencies, written by entropyrl prepare coco"
+if [ -n "${CHAIR_COCO:-}" ]; then
+  [ -d "$CHAIR_COCO" ] || er_fail "CHAIR_COCO=$CHAIR_COCO is not a folder"
+  chair_source=(--coco "$CHAIR_COCO")
+else
+  er_require_file "$DATA_DIR/chair_ground_truth.json" "CHAIR ground truth, written by entropyrl prepare coco (or set CHAIR_COCO)"
+  chair_source=(--ground-truth "$DATA_DIR/chair_ground_truth.json")
+fi
+er_require_model "$MODEL_PATH"
+er_dry_run || er_require_plugin
+
+# 2. the CHAIR service on a free port, stopped on any exit
+workdir="$(mktemp -d "${TMPDIR:-/tmp}/chair_mscoco.XXXXXX")"
+chair_cmd=("$ER_PYTHON" -m chair_server "${chair_source[@]}" --port 0 --ready-file "$workdir/url")
+chair_pid=""
+cleanup() {
+  if [ -n "$chair_pid" ] && kill -0 "$chair_pid" 2>/dev/null; then
+    kill "$chair_pid" 2>/dev/null || true
+    wait "$chair_pid" 2>/dev/null || true
+  fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if er_dry_run; then
+  echo "$(er_print_cmd "${chair_cmd[@]}") &"
+  chair_url='http://127.0.0.1:<port from the ready file>'
+else
+  "${chair_cmd[@]}" >"$workdir/chair.log" 2>&1 &
+  chair_pid=$!
+  deadline=$((SECONDS + CHAIR_TIMEOUT))
+  until [ -s "$workdir/url" ] && "$ER_PYTHON" - "$(cat "$workdir/url")" >/dev/null 2>&1 <<'EOF'; do
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1] + "/health", timeout=2) as response:
+    sys.exit(0 if response.status == 200 else 1)
+EOF
+    if ! kill -0 "$chair_pid" 2>/dev/null; then
+      echo "error: the CHAIR service exited:" >&2
+      tail -n 20 "$workdir/chair.log" >&2
+      exit 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "error: the CHAIR service was not healthy after ${CHAIR_TIMEOUT}s:" >&2
+      tail -n 20 "$workdir/chair.log" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  chair_url="$(cat "$workdir/url")"
+  echo "CHAIR service: $chair_url (pid $chair_pid)"
+fi
+
+# 3. training: verl's own entry point, our config, the caller's overrides last
+er_train_cmd chair_mscoco \
+  "data.train_files=$DATA_DIR/train.parquet" \
+  "data.val_files=$DATA_DIR/val.parquet" \
+  "actor_rollout_ref.model.path=$MODEL_PATH" \
+  "reward.custom_reward_function.reward_kwargs.cider_df=$DATA_DIR/cider_df.json.gz" \
+  "reward.custom_reward_function.reward_kwargs.chair_url=$chair_url" \
+  "trainer.n_gpus_per_node=$ER_N_GPUS" \
+  "${ER_ARGS[@]}"
+er_run "${ER_CMD[@]}"

@@ -1,0 +1,133 @@
+# Shared helpers for the verl launch scripts (sourced, not run).
+#
+# Every script accepts `--dry-run` (or DRY_RUN=1): prerequisite failures become notes and each
+# command is printed, shell-quoted, instead of run. Remaining arguments are Hydra overrides
+# passed through to verl.
+
+ER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ER_PYTHON="${PYTHON:-python3}"
+ER_DRY_RUN="${DRY_RUN:-0}"
+ER_ARGS=()
+ER_QUICKSTART="No GPU run possible here? The CPU quick start runs the same algorithms: bash examples/quickstart.sh"
+
+# Split "$@" into --dry-run and pass-through overrides (ER_ARGS).
+er_parse_args() {
+  ER_ARGS=()
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --dry-run) ER_DRY_RUN=1 ;;
+      -h | --help)
+        sed -n '2,/^set -/p' "$0" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+      *) ER_ARGS+=("$arg") ;;
+    esac
+  done
+}
+
+er_dry_run() { [ "$ER_DRY_RUN" = "1" ]; }
+
+# A failed prerequisite: stop with the reason and the quick-start pointer (a note in dry-run).
+er_fail() {
+  if er_dry_run; then
+    echo "# dry-run: prerequisite not met: $*" >&2
+    return 0
+  fi
+  echo "error: $*" >&2
+  echo "$ER_QUICKSTART" >&2
+  exit 2
+}
+
+# Print a command shell-quoted, exactly as it would run.
+er_print_cmd() {
+  local out="" word
+  for word in "$@"; do
+    out+="$(printf '%q' "$word") "
+  done
+  echo "${out% }"
+}
+
+# Run a command, or print it in dry-run.
+er_run() {
+  if er_dry_run; then
+    er_print_cmd "$@"
+  else
+    "$@"
+  fi
+}
+
+# At least one NVIDIA GPU visible; sets ER_N_GPUS (N_GPUS overrides the count).
+er_require_gpu() {
+  ER_N_GPUS="${N_GPUS:-}"
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    er_fail "nvidia-smi not found: verl training needs NVIDIA GPUs (and vLLM: pip install 'verl[vllm]==0.9.1')"
+    ER_N_GPUS="${ER_N_GPUS:-8}"
+    return 0
+  fi
+  local count
+  count="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true)"
+  if [ "${count:-0}" -lt 1 ]; then
+    er_fail "nvidia-smi lists no GPU"
+    count=8
+  fi
+  ER_N_GPUS="${ER_N_GPUS:-$count}"
+}
+
+# A file that must exist: er_require_file PATH "what it is and how to make it".
+er_require_file() {
+  [ -f "$1" ] || er_fail "missing $1 ($2)"
+}
+
+# The policy model: a local folder with config.json, or a hub id already in the local cache
+# (training never downloads at run time).
+er_require_model() {
+  local model="$1"
+  if [ -d "$model" ]; then
+    [ -f "$model/config.json" ] || er_fail "model folder $model has no config.json"
+    return 0
+  fi
+  if ! "$ER_PYTHON" - "$model" >/dev/null 2>&1 <<'EOF'; then
+import sys
+from huggingface_hub import snapshot_download
+snapshot_download(sys.argv[1], local_files_only=True)
+EOF
+    er_fail "model $model is neither a local folder nor in the Hugging Face cache (download it first: huggingface-cli download $model, or set MODEL_PATH to a local folder)"
+  fi
+}
+
+# verl and our plugin importable and registered in a fresh process.
+er_require_plugin() {
+  if ! "$ER_PYTHON" -m entropyrl doctor >/dev/null 2>&1; then
+    er_fail "the entropyrl verl plugin does not load (run: $ER_PYTHON -m entropyrl doctor)"
+  fi
+}
+
+# The training command: verl's own entry point with one of our configs and the overrides.
+er_train_cmd() {
+  local config="$1"
+  shift
+  ER_CMD=("$ER_PYTHON" -m verl.trainer.main_ppo --config-path "$ER_ROOT/configs" --config-name "$config" "$@")
+}
+
+# Function-calling training (EGPO or GRPO): er_fc_main CONFIG "$@".
+# Both runs read the same DATA_DIR and differ only in the config's estimator.
+er_fc_main() {
+  local config="$1"
+  shift
+  er_parse_args "$@"
+  MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
+  DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
+  er_require_gpu
+  er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare fc --format xlam --input xlam_function_calling_60k.json --out $DATA_DIR"
+  er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
+  er_require_model "$MODEL_PATH"
+  er_dry_run || er_require_plugin
+  er_train_cmd "$config" \
+    "data.train_files=$DATA_DIR/train.parquet" \
+    "data.val_files=$DATA_DIR/test.parquet" \
+    "actor_rollout_ref.model.path=$MODEL_PATH" \
+    "trainer.n_gpus_per_node=$ER_N_GPUS" \
+    "${ER_ARGS[@]}"
+  er_run "${ER_CMD[@]}"
+}
