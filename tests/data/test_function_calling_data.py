@@ -1,0 +1,235 @@
+"""Function-calling converters: formats, rejects, content-defined split, atomic output."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from entropyrl.data.function_calling import (
+    DEFAULT_SYSTEM_PROMPT,
+    prepare_function_calling,
+    render_tools_system,
+    select_and_split,
+)
+from entropyrl.data.io import InputFileError
+from entropyrl.rewards.function_calling import compute_score
+
+
+def read_rows(path):
+    return pq.read_table(path).to_pylist()
+
+
+def answer_for(ground_truth: str) -> str:
+    """A response that should earn 1.0 for this ground truth (first acceptable BFCL value)."""
+    calls = []
+    for entry in json.loads(ground_truth):
+        if set(entry) == {"name", "arguments"}:
+            calls.append(entry)
+        else:
+            ((name, params),) = entry.items()
+            arguments = {k: v[0] for k, v in params.items() if v[0] != ""}
+            calls.append({"name": name, "arguments": arguments})
+    blocks = "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>\n" for c in calls)
+    return "<think>reasoning</think>\n" + (blocks or "No tool fits.")
+
+
+def test_qwen25_tool_system_message():
+    """The exact text Qwen2.5-Instruct's chat template renders for a system message + tools."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"a": 1}}}]
+    expected = (
+        "SYS\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        '{"type": "function", "function": {"name": "f", "parameters": {"a": 1}}}\n</tools>\n\n'
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+    assert render_tools_system(tools, "SYS") == expected
+
+
+def test_xlam(xlam_file, tmp_path):
+    out = tmp_path / "out"
+    summary = prepare_function_calling(xlam_file, out, fmt="xlam", max_samples=0, test_size=0.1)
+    assert summary["rows_read"] == 35 and summary["rows_valid"] == 30
+    assert summary["rows_rejected"] == 5 and (summary["train"], summary["test"]) == (27, 3)
+    reasons = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in reasons] == [11, 12, 13, 14, 35]
+    text = " | ".join(r["reason"] for r in reasons)
+    for fragment in (
+        "'tools': invalid JSON",
+        "'nope'",
+        "query",
+        "JSON object",
+        "duplicate of line 4",
+    ):
+        assert fragment in text
+    assert summary["first_rejects"][0].startswith(f"{xlam_file}:11: ")
+    train = read_rows(out / "train.parquet")
+    row = train[0]
+    assert row["data_source"] == "function_calling" and row["ability"] == "function_calling"
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert row["prompt"][0]["content"].startswith(DEFAULT_SYSTEM_PROMPT + "\n\n# Tools")
+    assert row["reward_model"]["style"] == "rule"
+    assert row["extra_info"]["split"] == "train" and row["extra_info"]["source_format"] == "xlam"
+    assert json.loads(row["extra_info"]["tools"])[0]["function"]["name"] == "get_weather"
+    assert [r["extra_info"]["index"] for r in train] == list(range(27))
+    all_rows = train + read_rows(out / "test.parquet")
+    assert sorted(int(r["extra_info"]["source_id"]) for r in all_rows) == list(range(30))
+    for r in all_rows:
+        truth = r["reward_model"]["ground_truth"]
+        assert compute_score(answer_for(truth), truth) == 1.0
+
+
+def test_split_ignores_input_order_and_depends_on_seed(tmp_path, writers):
+    rows = writers.xlam_rows(40)
+    shuffled = rows[:]
+    random.Random(1).shuffle(shuffled)
+    a = writers.lines(tmp_path / "a.jsonl", rows)
+    b = writers.lines(tmp_path / "b.jsonl", shuffled)
+    for path, out in ((a, "oa"), (b, "ob")):
+        prepare_function_calling(path, tmp_path / out, fmt="xlam", max_samples=20, test_size=0.25)
+    for split in ("train", "test"):
+        assert read_rows(tmp_path / "oa" / f"{split}.parquet") == read_rows(
+            tmp_path / "ob" / f"{split}.parquet"
+        )
+    assert len(read_rows(tmp_path / "oa" / "test.parquet")) == 5
+    prepare_function_calling(a, tmp_path / "oc", fmt="xlam", max_samples=20, test_size=0.25, seed=7)
+
+    def ids(folder):
+        return {
+            r["extra_info"]["source_id"] for r in read_rows(tmp_path / folder / "train.parquet")
+        }
+
+    assert ids("oa") != ids("oc")
+
+
+def test_select_and_split_counts():
+    hashes = list(range(1000, 1100))
+    train, test = select_and_split(hashes, max_samples=50, test_size=0.05, seed=42)
+    assert (len(train), len(test)) == (47, 3) and not set(train) & set(test)
+    train2, test2 = select_and_split(hashes[::-1], max_samples=50, test_size=0.05, seed=42)
+    assert [hashes[::-1][i] for i in train2] == [hashes[i] for i in train]
+    assert [hashes[::-1][i] for i in test2] == [hashes[i] for i in test]
+    train, test = select_and_split(hashes, max_samples=None, test_size=10, seed=42)
+    assert (len(train), len(test)) == (90, 10)
+
+
+def test_messages(messages_file, tmp_path):
+    out = tmp_path / "out"
+    summary = prepare_function_calling(
+        messages_file, out, fmt="messages", max_samples=0, test_size=0
+    )
+    assert summary["rows_valid"] == 13 and summary["rows_rejected"] == 1
+    assert "no assistant turn" in summary["first_rejects"][0]
+    assert not (out / "test.parquet").exists()
+    rows = read_rows(out / "train.parquet")
+    multi = next(r for r in rows if len(r["prompt"]) > 2)
+    assert [m["role"] for m in multi["prompt"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert multi["prompt"][0]["content"].startswith(
+        "You answer briefly.\n\n" + DEFAULT_SYSTEM_PROMPT
+    )
+    assert multi["prompt"][2]["content"] == (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    )
+    assert multi["prompt"][3]["content"] == '<tool_response>\n{"temp": 3}\n</tool_response>'
+    no_call = [r for r in rows if r["reward_model"]["ground_truth"] == "[]"]
+    assert len(no_call) == 1
+    for r in rows:
+        truth = r["reward_model"]["ground_truth"]
+        assert compute_score(answer_for(truth), truth) == 1.0
+
+
+def test_bfcl(bfcl_dir, tmp_path):
+    summary = prepare_function_calling(
+        bfcl_dir / "BFCL_v4_simple.json", tmp_path / "s", fmt="bfcl", test_size=0
+    )
+    assert summary["rows_valid"] == 8 and "no possible answer" in summary["first_rejects"][0]
+    rows = read_rows(tmp_path / "s" / "train.parquet")
+    tool = json.loads(rows[0]["extra_info"]["tools"])[0]["function"]
+    assert tool["parameters"]["type"] == "object"
+    assert tool["parameters"]["properties"]["height"]["type"] == "number"
+    for r in rows:
+        truth = r["reward_model"]["ground_truth"]
+        assert compute_score(answer_for(truth), truth) == 1.0
+    summary = prepare_function_calling(
+        bfcl_dir / "BFCL_v4_irrelevance.json", tmp_path / "i", fmt="bfcl", test_size=0
+    )
+    assert summary["rows_valid"] == 4
+    rows = read_rows(tmp_path / "i" / "train.parquet")
+    assert all(r["reward_model"]["ground_truth"] == "[]" for r in rows)
+    with pytest.raises(InputFileError, match="possible-answer"):
+        (bfcl_dir / "BFCL_v4_other.json").write_text((bfcl_dir / "BFCL_v4_simple.json").read_text())
+        prepare_function_calling(bfcl_dir / "BFCL_v4_other.json", tmp_path / "o", fmt="bfcl")
+
+
+def test_malformed_and_missing_input(tmp_path):
+    with pytest.raises(InputFileError, match="file not found"):
+        prepare_function_calling(tmp_path / "nope.jsonl", tmp_path / "out", fmt="xlam")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n\n{"id": 2,\n')
+    with pytest.raises(InputFileError, match=r"bad\.jsonl, line 3"):
+        prepare_function_calling(bad, tmp_path / "out", fmt="xlam")
+    array = tmp_path / "bad.json"
+    array.write_text('[{"id": 1},\n {"id": 2} oops]')
+    with pytest.raises(InputFileError, match=r"bad\.json, line 2"):
+        prepare_function_calling(array, tmp_path / "out", fmt="xlam")
+    assert not (tmp_path / "out").exists()
+
+
+def test_outputs_are_atomic(xlam_file, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    prepare_function_calling(xlam_file, out, fmt="xlam", max_samples=10, test_size=2)
+    before = (out / "train.parquet").read_bytes()
+
+    def broken(table, where, **kwargs):
+        with open(where, "wb") as handle:
+            handle.write(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", broken)
+    with pytest.raises(OSError, match="disk full"):
+        prepare_function_calling(xlam_file, out, fmt="xlam", max_samples=20, test_size=2)
+    assert (out / "train.parquet").read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rejects.jsonl",
+        "test.parquet",
+        "train.parquet",
+    ]
+
+
+def test_verl_reads_the_parquet(xlam_file, tmp_path):
+    """verl's own RLHFDataset loads the rows with the project's offline Qwen tokenizer."""
+    rl_dataset = pytest.importorskip("verl.utils.dataset.rl_dataset")
+    tokenizer_module = pytest.importorskip("entropyrl.local.tokenizer")
+    from omegaconf import OmegaConf
+
+    prepare_function_calling(xlam_file, tmp_path / "out", fmt="xlam", max_samples=6, test_size=0)
+    tokenizer = tokenizer_module.build_qwen_tokenizer(8192)
+    config = OmegaConf.create(
+        {
+            "max_prompt_length": 4096,
+            "filter_overlong_prompts": True,
+            "cache_dir": str(tmp_path / "c"),
+        }
+    )
+    dataset = rl_dataset.RLHFDataset(
+        data_files=[str(tmp_path / "out" / "train.parquet")], tokenizer=tokenizer, config=config
+    )
+    assert len(dataset) == 6
+    row = dataset[0]
+    prompt = tokenizer.apply_chat_template(
+        row["raw_prompt"], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt.startswith("<|im_start|>system\n" + DEFAULT_SYSTEM_PROMPT + "\n\n# Tools\n")
+    assert "</tool_call><|im_end|>\n<|im_start|>user\n" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
