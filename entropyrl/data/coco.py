@@ -207,9 +207,8 @@ def prepare_coco(
         images = _karpathy_images(Path(karpathy), rejects)
     else:
         images = _coco_images(annotations_dir, rejects)
-        _assign_val2014(images, val_size, test_size)
     source = "karpathy" if karpathy is not None else "coco2014"
-    kept: dict[str, list[_Image]] = {split: [] for split in SPLITS}
+    valid: list[_Image] = []
     seen: set[int] = set()
     for image in progress(sorted(images, key=lambda item: item.image_id), desc="images"):
         if image.image_id in seen:
@@ -226,6 +225,11 @@ def prepare_coco(
             continue
         seen.add(image.image_id)
         image.file_name = str(path.resolve())
+        valid.append(image)
+    # Split after rejecting, so val_size / test_size count usable images.
+    _assign_val2014(valid, val_size, test_size)
+    kept: dict[str, list[_Image]] = {split: [] for split in SPLITS}
+    for image in valid:
         kept[image.split].append(image)
 
     outputs: dict[str, str] = {}

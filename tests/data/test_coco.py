@@ -1,0 +1,199 @@
+"""COCO converter: parquet rows, splits, CIDEr df of the train split, CHAIR ground truth, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from entropyrl.cli import main
+from entropyrl.data.coco import prepare_coco
+from entropyrl.data.io import InputFileError
+from entropyrl.rewards.cider import CiderD
+
+
+def rows(path):
+    return pq.read_table(path).to_pylist()
+
+
+def test_prepare_coco_without_karpathy(coco_dirs, tmp_path):
+    ann, img = coco_dirs
+    out = tmp_path / "out"
+    summary = prepare_coco(ann, img, out, val_size=3, test_size=2)
+    # val2014: 11 images, 999 has no caption, 101 has no file -> 9 left: 3 val, 2 test, 4 train
+    assert summary["rows"] == {"train": 6 + 4, "val": 3, "test": 2}
+    reasons = " | ".join(summary["first_rejects"])
+    assert "12345" in reasons and "999 has no reference" in reasons and "not found" in reasons
+    assert summary["rows_rejected"] == 3 and (out / "rejects.jsonl").is_file()
+    train = rows(out / "train.parquet")
+    row = train[0]
+    assert row["data_source"] == "coco_caption" and row["ability"] == "captioning"
+    assert row["prompt"] == [
+        {"role": "user", "content": "<image>Please describe this image in detail."}
+    ]
+    assert len(row["images"]) == 1 and row["images"][0].endswith(row["extra_info"]["file_name"])
+    truth = json.loads(row["reward_model"]["ground_truth"])
+    assert truth["image_id"] == row["extra_info"]["image_id"] and len(truth["references"]) == 3
+    assert [r["extra_info"]["index"] for r in train] == list(range(10))
+    split_ids = {
+        s: {r["extra_info"]["image_id"] for r in rows(out / f"{s}.parquet")}
+        for s in ("train", "val", "test")
+    }
+    assert set(range(1, 7)) <= split_ids["train"]
+    # CIDEr df is built from the train references only
+    df = CiderD.load(out / "cider_df.json.gz")
+    assert df.num_images == 10
+    refs = {
+        r["extra_info"]["image_id"]: json.loads(r["reward_model"]["ground_truth"])["references"]
+        for r in train
+    }
+    expected = CiderD.from_references(refs)
+    cand, ref = "a dog on the grass", refs[1]
+    assert df.score(cand, ref) == expected.score(cand, ref)
+    # CHAIR ground truth for every written image
+    chair = json.loads((out / "chair_ground_truth.json").read_text())
+    assert set(chair) == {str(i) for ids in split_ids.values() for i in ids}
+    assert "dog" in chair["4"] and "horse" in chair["102"]
+    # deterministic: same again, same files
+    again = tmp_path / "again"
+    prepare_coco(ann, img, again, val_size=3, test_size=2)
+    for split in ("train", "val", "test"):
+        a = [
+            (r["extra_info"]["image_id"], r["reward_model"]) for r in rows(out / f"{split}.parquet")
+        ]
+        b = [
+            (r["extra_info"]["image_id"], r["reward_model"])
+            for r in rows(again / f"{split}.parquet")
+        ]
+        assert a == b
+
+
+def test_prepare_coco_with_karpathy(coco_dirs, tmp_path):
+    ann, img = coco_dirs
+    karpathy = tmp_path / "dataset_coco.json"
+    entries = [
+        {
+            "cocoid": 1,
+            "filepath": "train2014",
+            "filename": "COCO_train2014_000000000001.jpg",
+            "split": "train",
+            "sentences": [{"raw": "A dog."}],
+        },
+        {
+            "cocoid": 100,
+            "filepath": "val2014",
+            "filename": "COCO_val2014_000000000100.jpg",
+            "split": "restval",
+            "sentences": [{"raw": "A dog on grass."}],
+        },
+        {
+            "cocoid": 102,
+            "filepath": "val2014",
+            "filename": "COCO_val2014_000000000102.jpg",
+            "split": "val",
+            "sentences": [{"raw": "A horse."}],
+        },
+        {
+            "cocoid": 103,
+            "filepath": "val2014",
+            "filename": "COCO_val2014_000000000103.jpg",
+            "split": "test",
+            "sentences": [{"raw": "A bird."}],
+        },
+        {
+            "cocoid": 104,
+            "filepath": "val2014",
+            "filename": "COCO_val2014_000000000104.jpg",
+            "split": "holdout",
+            "sentences": [],
+        },
+    ]
+    karpathy.write_text(json.dumps({"images": entries}))
+    out = tmp_path / "out"
+    summary = prepare_coco(
+        ann, img, out, karpathy=karpathy, prompt="Describe.", chair_ground_truth=False
+    )
+    assert summary["rows"] == {"train": 2, "val": 1, "test": 1}
+    assert "'split'" in summary["first_rejects"][0]
+    assert rows(out / "val.parquet")[0]["prompt"][0]["content"] == "<image>Describe."
+    assert rows(out / "test.parquet")[0]["extra_info"]["source"] == "karpathy"
+    assert not (out / "chair_ground_truth.json").exists()
+
+
+def test_missing_and_malformed_inputs(tmp_path, coco_dirs):
+    ann, img = coco_dirs
+    with pytest.raises(InputFileError, match="annotations folder not found"):
+        prepare_coco(tmp_path / "nope", img, tmp_path / "out")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputFileError, match="captions_train2014"):
+        prepare_coco(empty, img, tmp_path / "out")
+    (ann / "captions_val2014.json").write_text('{"images": [\n  {"id": 1,}\n]}')
+    with pytest.raises(InputFileError, match=r"captions_val2014\.json, line 2"):
+        prepare_coco(ann, img, tmp_path / "out")
+
+
+def test_cli_prepare_coco_and_fc(coco_dirs, xlam_file, tmp_path, capsys):
+    ann, img = coco_dirs
+    code = main(
+        [
+            "prepare",
+            "coco",
+            "--annotations",
+            str(ann),
+            "--images",
+            str(img),
+            "--out",
+            str(tmp_path / "c"),
+            "--val-size",
+            "2",
+            "--test-size",
+            "2",
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rows"] == {"train": 11, "val": 2, "test": 2}
+    assert "first 3 rejected rows" in captured.err
+    code = main(
+        [
+            "prepare",
+            "fc",
+            "--format",
+            "xlam",
+            "--input",
+            str(xlam_file),
+            "--out",
+            str(tmp_path / "f"),
+            "--max-samples",
+            "10",
+            "--test-size",
+            "0.2",
+        ]
+    )
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["test"] == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\nnot json\n')
+    code = main(
+        ["prepare", "fc", "--format", "xlam", "--input", str(bad), "--out", str(tmp_path / "g")]
+    )
+    assert code == 2
+    assert f"{bad}, line 2" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "prepare",
+                "fc",
+                "--format",
+                "xlam",
+                "--input",
+                str(tmp_path / "missing.jsonl"),
+                "--out",
+                str(tmp_path / "g"),
+            ]
+        )
+        == 2
+    )
+    assert main(["prepare"]) == 2
