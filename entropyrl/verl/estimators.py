@@ -219,13 +219,13 @@ def compute_maxent_grpo_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MaxEnt-GRPO sequence-level target (experimental; its author reports collapse risk).
 
-    Reads `algorithm.maxent.{tau, beta, source (rewards), temperature (1.0)}`. The reference
+    Reads `algorithm.maxent.{tau (1.0), beta (0.1), source (rewards), temperature (1.0)}`. The reference
     policy's sequence log-likelihood comes from `AdvantageInputs.ref_log_prob`; without it
     the reference is uniform, which is only exact when beta = 0 (then it cancels).
     """
     inputs = current_advantage_inputs()
     scores = sequence_scores(token_level_rewards, response_mask)
-    beta = float(config_value(config, "maxent.beta", 0.0))
+    beta = float(config_value(config, "maxent.beta", 0.1))
     if inputs is not None and inputs.ref_log_prob is not None:
         log_pi_ref = (inputs.ref_log_prob.to(torch.float32) * response_mask).sum(dim=-1)
     elif beta != 0.0:
@@ -239,7 +239,7 @@ def compute_maxent_grpo_advantage(
         scores,
         log_pi_ref,
         group_ids(index, scores.shape[0]).to(scores.device),
-        tau=float(config_value(config, "maxent.tau", 0.1)),
+        tau=float(config_value(config, "maxent.tau", 1.0)),
         beta=beta,
         source=str(config_value(config, "maxent.source", "rewards")),
         temperature=float(config_value(config, "maxent.temperature", 1.0)),

@@ -1,0 +1,166 @@
+"""Our estimators called through verl's own `compute_advantage` on a DataProto.
+
+They must give the numbers of `entropyrl.advantages` / `entropyrl.maxent` called directly, and
+plain verl GRPO when no entropy is available.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
+from entropyrl import advantages as core
+from entropyrl.maxent import maxent_advantage
+from entropyrl.verl.estimators import group_ids
+from entropyrl.verl.inputs import AdvantageInputs, advantage_inputs
+
+ALGORITHM = OmegaConf.create(
+    {
+        "adv_estimator": "egpo",
+        "norm_adv_by_std_in_grpo": True,
+        "egpo_lambda": 0.4,
+        "egpo_alpha": 2.0,
+        "egpo": {"lambda_min": 0.5, "lambda_max": 2.0, "entropy_epsilon": 1e-6},
+        "entropy_adv": {"alpha": 0.4, "kappa": 2.0},
+        "maxent": {"tau": 0.7, "beta": 0.2, "source": "rewards", "temperature": 1.0},
+    }
+)
+
+
+def make_batch(seed: int, groups: int = 3, per_group: int = 4, width: int = 7):
+    """Rewards on each response's last token, string uids in shuffled order, random entropies."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = groups * per_group
+    lengths = torch.randint(1, width + 1, (batch,), generator=gen)
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    scores = torch.randint(0, 3, (batch,), generator=gen).float() / 2
+    rewards = torch.zeros(batch, width)
+    rewards[torch.arange(batch), lengths - 1] = scores
+    uid = np.array([f"prompt-{(i * 7) % groups}" for i in range(batch)], dtype=object)
+    entropy = torch.rand(batch, width, generator=gen) * 3 * mask
+    ref = -torch.rand(batch, width, generator=gen) * mask
+    return rewards, mask, uid, scores, entropy, ref
+
+
+def through_verl(name: str, rewards, mask, uid, inputs: AdvantageInputs | None, config=ALGORITHM):
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards.clone(), "response_mask": mask.clone()},
+        non_tensors={"uid": uid},
+    )
+    if inputs is None:
+        out = compute_advantage(data, adv_estimator=name, config=config)
+    else:
+        with advantage_inputs(inputs):
+            out = compute_advantage(data, adv_estimator=name, config=config)
+    return out.batch["advantages"], out.batch["returns"]
+
+
+def reference_entropy(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Plain per-row mean over the mask; NaN for an empty row."""
+    rows = []
+    for e, m in zip(entropy, mask):
+        picked = [float(v) for v, keep in zip(e, m) if keep > 0]
+        rows.append(sum(picked) / len(picked) if picked else float("nan"))
+    return torch.tensor(rows)
+
+
+def int_groups(uid) -> torch.Tensor:
+    labels = sorted(set(uid))
+    return torch.tensor([labels.index(u) for u in uid])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_egpo_equals_core(seed):
+    rewards, mask, uid, scores, entropy, _ = make_batch(seed)
+    inputs = AdvantageInputs(token_entropy=entropy)
+    adv, returns = through_verl("egpo", rewards, mask, uid, inputs)
+    expected, metrics = core.egpo_bonus_advantage(
+        scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.4, alpha=2.0
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+    torch.testing.assert_close(returns, adv)
+    assert inputs.metrics["egpo/bonus/mean"] == pytest.approx(metrics["egpo/bonus/mean"])
+    assert inputs.metrics["egpo/entropy/missing"] == 0
+
+
+@pytest.mark.parametrize("name", ["egpo", "egpo_ratio", "entropy_adv"])
+def test_without_entropy_is_verl_grpo(name):
+    rewards, mask, uid, *_ = make_batch(3)
+    verl_grpo, _ = through_verl("grpo", rewards, mask, uid, None)
+    inputs = AdvantageInputs()
+    ours, _ = through_verl(name, rewards, mask, uid, inputs)
+    torch.testing.assert_close(ours, verl_grpo, atol=1e-5, rtol=1e-5)
+    assert inputs.metrics["egpo/entropy/missing"] == mask.shape[0]
+    # No context at all (verl's stock trainer): the same fallback.
+    ours, _ = through_verl(name, rewards, mask, uid, None)
+    torch.testing.assert_close(ours, verl_grpo, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_egpo_ratio_equals_core_on_segment(seed):
+    rewards, mask, uid, scores, entropy, _ = make_batch(seed)
+    # Entropy over a segment: drop each response's first token.
+    segment = mask.clone()
+    segment[:, 0] = 0
+    inputs = AdvantageInputs(token_entropy=entropy, segment_mask=segment.bool())
+    adv, _ = through_verl("egpo_ratio", rewards, mask, uid, inputs)
+    expected, _ = core.egpo_ratio_advantage(
+        scores,
+        reference_entropy(entropy, segment),
+        int_groups(uid),
+        lambda_min=0.5,
+        lambda_max=2.0,
+        entropy_eps=1e-6,
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+    # One-token responses have an empty segment: counted as missing, plain GRPO for them.
+    empty = int((segment.sum(-1) == 0).sum())
+    assert inputs.metrics["egpo/entropy/missing"] == empty
+
+
+def test_entropy_adv_equals_core():
+    rewards, mask, uid, scores, entropy, _ = make_batch(5)
+    adv, _ = through_verl("entropy_adv", rewards, mask, uid, AdvantageInputs(token_entropy=entropy))
+    base = core.grpo_advantage(scores, int_groups(uid))
+    expected = core.entropy_shaped_token_advantage(base, entropy, mask, alpha=0.4, kappa=2.0)
+    torch.testing.assert_close(adv, expected)
+
+
+def test_maxent_equals_core_and_needs_reference():
+    rewards, mask, uid, scores, _, ref = make_batch(6)
+    adv, _ = through_verl("maxent_grpo", rewards, mask, uid, AdvantageInputs(ref_log_prob=ref))
+    expected, _ = maxent_advantage(
+        scores, (ref * mask).sum(-1), int_groups(uid), tau=0.7, beta=0.2, source="rewards"
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+    with pytest.raises(ValueError, match="ref_log_prob"):
+        through_verl("maxent_grpo", rewards, mask, uid, AdvantageInputs())
+
+
+def test_group_ids_from_uid_strings():
+    ids = group_ids(np.array(["b", "a", "b", "c", "a"], dtype=object), 5)
+    assert ids.dtype == torch.long
+    assert ids[0] == ids[2] and ids[1] == ids[4]
+    assert len(set(ids.tolist())) == 3
+    assert group_ids(None, 3).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="index"):
+        group_ids(np.array(["a", "b"], dtype=object), 3)
+
+
+def test_permuting_the_batch_permutes_the_advantages():
+    rewards, mask, uid, _, entropy, _ = make_batch(7)
+    perm = torch.randperm(mask.shape[0], generator=torch.Generator().manual_seed(0))
+    adv, _ = through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy))
+    adv_p, _ = through_verl(
+        "egpo",
+        rewards[perm],
+        mask[perm],
+        uid[perm.numpy()],
+        AdvantageInputs(token_entropy=entropy[perm]),
+    )
+    torch.testing.assert_close(adv_p, adv[perm])
