@@ -101,7 +101,9 @@ def ppo_clip_loss(
     ppo_kl = (-neg_kl * m).sum() / n_tok
 
     if isinstance(clip_high, Tensor):
-        upper = 1.0 + clip_high.to(device=log_prob.device, dtype=dtype).unsqueeze(-1)
+        # 1 + eps in float64, then rounded once: the same bound a float clip_high gives.
+        upper = (1.0 + clip_high.to(device=log_prob.device, dtype=torch.float64)).to(dtype)
+        upper = upper.unsqueeze(-1)
         # A tensor bound needs minimum/maximum: torch.clamp cannot mix a float and a tensor.
         clipped = torch.minimum(torch.clamp(ratio, min=1.0 - clip_low), upper)
     else:
@@ -124,7 +126,9 @@ def ppo_clip_loss(
         ch = clip_high.to(dtype=torch.float64)
         high_mean = (ch * sample_has).sum() / sample_has.sum().clamp_min(1)
     else:
-        high_mean = torch.tensor(float(clip_high) if bool(sample_has.any()) else 0.0)
+        high_mean = torch.tensor(
+            float(clip_high) if bool(sample_has.any()) else 0.0, dtype=torch.float64
+        )
     n_tok64 = n_tok.to(torch.float64)
     stats = torch.stack(
         [
