@@ -1,0 +1,292 @@
+"""The entropy-aware trainer's advantage/clip hook on hand-built batches.
+
+The pure functions are tested directly; `EntropyPPOTrainer._compute_advantage` itself runs on an
+in-memory stand-in for verl's TransferQueue (verl's parent method included), with entropy
+present, entropy missing and CHAIR missing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+from transfer_queue import KVBatchMeta
+
+import entropyrl.verl.plugin  # noqa: F401
+from entropyrl import advantages as core
+from entropyrl.clip_schedules import clip_high_from_hallucination
+from entropyrl.verl import trainer as trainer_module
+from entropyrl.verl.hooks import (
+    build_advantage_inputs,
+    chair_from_extra_fields,
+    clip_ratio_high_from_chair,
+    think_tag_ids,
+)
+from entropyrl.verl.loss import CLIP_FIELD
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    tokenizers = pytest.importorskip("entropyrl.local.tokenizer")
+    return tokenizers.build_qwen_tokenizer(num_ranks=8192)
+
+
+class FakeTransferQueue:
+    """Per-sample key/value store with TransferQueue's kv_batch_get / kv_batch_put surface."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        names = select_fields or sorted({f for k in keys for f in self.rows[k]})
+        out = {}
+        for name in names:
+            if not all(name in self.rows[k] for k in keys):
+                continue  # absent fields are skipped, as verl expects for optional ones
+            values = [self.rows[k][name] for k in keys]
+            if isinstance(values[0], torch.Tensor) and values[0].dim() == 1:
+                out[name] = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+            elif isinstance(values[0], torch.Tensor):
+                out[name] = torch.stack(values)
+            else:
+                out[name] = NonTensorStack(*[NonTensorData(v) for v in values])
+        return TensorDict(out, batch_size=len(keys))
+
+    def kv_batch_put(self, keys, partition_id, fields):
+        for name in fields.keys():  # noqa: SIM118 (iterating a TensorDict yields rows)
+            value = fields[name]
+            rows = value.unbind(0) if isinstance(value, torch.Tensor) else list(value)
+            for key, row in zip(keys, rows):
+                self.rows.setdefault(key, {})[name] = row
+        return self.meta(keys, partition_id)
+
+    def meta(self, keys, partition_id="train"):
+        names = sorted({f for k in keys for f in self.rows[k]})
+        return KVBatchMeta(
+            keys=list(keys), tags=[{} for _ in keys], partition_id=partition_id, fields=names
+        )
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+RESPONSES = [
+    "<think>a cat</think> two dogs",
+    "<think>hmm</think> a dog",
+    "no tags at all here",
+    "<think>x</think> a cat and a dog",
+    "<think>one</think> bird",
+    "<think>two</think> a bird on a tree",
+]
+SCORES = [1.0, 0.0, 0.5, 1.0, 0.0, 0.5]
+UIDS = ["p1", "p1", "p1", "p2", "p2", "p2"]
+CHAIR = [0.0, 0.4, None, 0.25, 0.0, float("nan")]
+
+
+def fill_store(store: FakeTransferQueue, tokenizer, *, entropy: bool, chair: bool):
+    keys = []
+    for i, text in enumerate(RESPONSES):
+        ids = torch.tensor(encode(tokenizer, text))
+        n = ids.shape[0]
+        key = f"{UIDS[i]}_{i}_0"
+        keys.append(key)
+        rm = torch.zeros(n)
+        rm[-1] = SCORES[i]
+        info = {"score": SCORES[i]}
+        if chair and CHAIR[i] is not None:
+            info.update({"chair_i": CHAIR[i], "chair_ok": not math.isnan(CHAIR[i])})
+        row = {
+            "uid": UIDS[i],
+            "responses": ids,
+            "response_mask": torch.ones(n, dtype=torch.int64),
+            "rm_scores": rm,
+            "old_log_probs": -torch.linspace(0.1, 1.0, n),
+            "extra_fields": {"reward_extra_info": info},
+        }
+        if entropy:
+            row["entropy"] = torch.linspace(0.5, 2.0, n) + i / 10
+        store.rows[key] = row
+    return store.meta(keys)
+
+
+def make_trainer(monkeypatch, compose, tokenizer, store, overrides):
+    from verl.trainer.ppo.v1 import trainer_base
+
+    monkeypatch.setattr(trainer_base, "tq", store)
+    monkeypatch.setattr(trainer_module, "tq", store)
+    trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
+    trainer.config = compose("chair_mscoco", overrides)
+    trainer.tokenizer = tokenizer
+    return trainer
+
+
+def padded(store, meta, name):
+    return store.kv_batch_get(meta.keys, meta.partition_id, [name])[name].to_padded_tensor(0.0)
+
+
+def expected_answer_entropy(tokenizer, store, meta):
+    """H_i over the tokens after `</think>` (whole response when the tag is missing)."""
+    close = encode(tokenizer, "</think>")
+    values = []
+    for key in meta.keys:
+        ids = store.rows[key]["responses"].tolist()
+        ent = store.rows[key]["entropy"]
+        start = 0
+        for t in range(len(ids) - len(close) + 1):
+            if ids[t : t + len(close)] == close:
+                start = t + len(close)
+        values.append(float(ent[start:].mean()))
+    return torch.tensor(values)
+
+
+def test_hook_with_entropy_and_chair(monkeypatch, compose, tokenizer):
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=True, chair=True)
+    trainer = make_trainer(
+        monkeypatch,
+        compose,
+        tokenizer,
+        store,
+        ["algorithm.adv_estimator=egpo", "algorithm.egpo.entropy_mode=answer"],
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    assert CLIP_FIELD in out.fields and "advantages" in out.fields
+
+    adv = padded(store, out, "advantages")
+    mask = padded(store, out, "response_mask")
+    entropy = expected_answer_entropy(tokenizer, store, meta)
+    expected, _ = core.egpo_bonus_advantage(
+        torch.tensor(SCORES), entropy, torch.tensor([0, 0, 0, 1, 1, 1]), lam=0.4, alpha=2.0
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+
+    clip = torch.stack([store.rows[k][CLIP_FIELD] for k in meta.keys])
+    chair = torch.tensor([float("nan") if c is None else c for c in CHAIR])
+    torch.testing.assert_close(clip, clip_high_from_hallucination(chair, low=0.3, high=0.5))
+    assert clip.tolist() == pytest.approx([0.3, 0.5, 0.3, 0.5, 0.3, 0.3])
+    assert metrics["chair/unavailable"] == 2
+    assert metrics["egpo/segment/fallback"] == 1  # the response without tags
+    assert metrics["egpo/entropy/missing"] == 0
+    assert "clip/high_mean" in metrics
+
+
+def test_hook_without_entropy_falls_back_to_grpo(monkeypatch, compose, tokenizer):
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=False, chair=True)
+    trainer = make_trainer(
+        monkeypatch, compose, tokenizer, store, ["algorithm.adv_estimator=egpo_ratio"]
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    adv = padded(store, out, "advantages")
+    mask = padded(store, out, "response_mask")
+    grpo = core.grpo_advantage(torch.tensor(SCORES), torch.tensor([0, 0, 0, 1, 1, 1]))
+    torch.testing.assert_close(adv, grpo.unsqueeze(-1) * mask)
+    assert metrics["egpo/entropy/missing"] == len(RESPONSES)
+
+
+def test_hook_without_chair_uses_neutral_bound(monkeypatch, compose, tokenizer):
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=True, chair=False)
+    trainer = make_trainer(monkeypatch, compose, tokenizer, store, [])  # grpo + clip schedule
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    clip = torch.stack([store.rows[k][CLIP_FIELD] for k in out.keys])
+    assert clip.tolist() == pytest.approx([0.3] * len(RESPONSES))
+    assert metrics["chair/unavailable"] == len(RESPONSES)
+    assert metrics["chair/unavailable_frac"] == 1.0
+    assert not any(key.startswith("egpo/") for key in metrics)
+
+
+def test_hook_is_verl_when_nothing_is_ours(monkeypatch, compose, tokenizer):
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=True, chair=True)
+    trainer = make_trainer(
+        monkeypatch, compose, tokenizer, store, ["algorithm.clip_schedule.enable=false"]
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    assert CLIP_FIELD not in out.fields
+    assert metrics == {}
+
+
+def test_build_inputs_segments_and_sources():
+    algorithm = OmegaConf.create({"egpo": {"entropy_mode": "thinking", "entropy_source": "nll"}})
+    responses = torch.tensor([[7, 1, 2, 8, 3, 0], [1, 2, 3, 4, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
+    old = -torch.arange(12, dtype=torch.float32).reshape(2, 6) / 10
+    inputs = build_advantage_inputs(
+        response_mask=mask,
+        responses=responses,
+        entropy=None,
+        old_log_probs=old,
+        ref_log_prob=None,
+        algorithm=algorithm,
+        think_ids=([7], [8]),
+    )
+    torch.testing.assert_close(inputs.token_entropy, -old)
+    assert inputs.segment_mask[0].tolist() == [False, True, True, False, False, False]
+    assert inputs.segment_mask[1].tolist() == [True, True, True, True, False, False]  # fallback
+    assert inputs.metrics["egpo/segment/fallback"] == 1
+    with pytest.raises(ValueError, match="entropy_source"):
+        build_advantage_inputs(
+            response_mask=mask,
+            responses=responses,
+            entropy=None,
+            old_log_probs=old,
+            ref_log_prob=None,
+            algorithm=OmegaConf.create({"egpo": {"entropy_source": "logprob"}}),
+            think_ids=([7], [8]),
+        )
+
+
+def test_chair_from_extra_fields_shapes():
+    rows = [
+        NonTensorData({"reward_extra_info": {"chair_i": 0.2, "chair_ok": True}}),
+        {"reward_extra_info": {"chair_i": 0.9, "chair_ok": False}},
+        {"reward_extra_info": {"chair_i": "bad"}},
+        {},
+        None,
+        {"reward_extra_info": {"chair_i": np.float32(0.0)}},
+    ]
+    values = chair_from_extra_fields(rows, len(rows))
+    assert values[0].item() == pytest.approx(0.2)
+    assert torch.isnan(values[1:5]).all()
+    assert values[5].item() == 0.0
+    assert torch.isnan(chair_from_extra_fields(None, 3)).all()
+    with pytest.raises(ValueError, match="extra_fields"):
+        chair_from_extra_fields(rows, 2)
+
+
+def test_clip_schedule_disabled_and_configured():
+    off = OmegaConf.create({"clip_schedule": {"enable": False}})
+    assert clip_ratio_high_from_chair(torch.tensor([0.0]), off) == (None, {})
+    flipped = OmegaConf.create(
+        {
+            "clip_schedule": {
+                "enable": True,
+                "direction": "hallucinated_low",
+                "low": 0.2,
+                "high": 0.4,
+            }
+        }
+    )
+    clip, metrics = clip_ratio_high_from_chair(torch.tensor([0.0, 0.5, float("nan")]), flipped)
+    expected = clip_high_from_hallucination(
+        torch.tensor([0.0, 0.5, float("nan")]), low=0.2, high=0.4, direction="hallucinated_low"
+    )
+    torch.testing.assert_close(clip, expected)
+    assert metrics["chair/unavailable"] == 1
+    assert metrics["chair/chair_i_mean"] == pytest.approx(0.25)
+
+
+def test_think_tag_ids(tokenizer):
+    open_ids, close_ids = think_tag_ids(tokenizer)
+    assert tokenizer.decode(open_ids) == "<think>"
+    assert tokenizer.decode(close_ids) == "</think>"
