@@ -20,8 +20,9 @@ import json
 import math
 import os
 import tempfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +38,41 @@ DF_VERSION = 1
 _Vector = tuple[list[dict[str, float]], list[float], int]
 
 
+@dataclass(frozen=True)
+class _References:
+    """One image's references, indexed for scoring.
+
+    ``index[k][gram]`` lists ``(ref, weight, weight / norm)`` for every reference holding the
+    (k+1)-gram, so one look-up per candidate n-gram serves all references (most n-grams miss),
+    and the reference norm is divided out once here instead of once per candidate.
+    """
+
+    index: list[dict[str, list[tuple[int, float, float]]]]
+    lengths: list[int]
+
+
 def _ngram_counts(caption: str, n: int) -> list[dict[str, int]]:
     """Per order k = 1..n, the counts of the caption's k-grams (k-grams as space-joined words)."""
     words = caption.split()
     counts: list[dict[str, int]] = []
-    for k in range(1, n + 1):
-        order: dict[str, int] = {}
-        for i in range(len(words) - k + 1):
-            gram = " ".join(words[i : i + k])
-            order[gram] = order.get(gram, 0) + 1
-        counts.append(order)
+    grams = words
+    for k in range(n):
+        # n-grams are nearly always distinct: dict.fromkeys is the cheap path, Counter the exact one
+        counts.append(dict.fromkeys(grams, 1))
+        if len(counts[-1]) != len(grams):
+            counts[-1] = Counter(grams)
+        # (k+2)-grams from (k+1)-grams: one concatenation each instead of a join of a slice.
+        grams = [grams[i] + " " + words[i + k + 1] for i in range(len(grams) - 1)]
     return counts
+
+
+def _int_counts(order: Mapping[str, float], k: int) -> dict[str, int]:
+    table = {}
+    for gram, count in order.items():
+        if not isinstance(gram, str) or int(count) != count or count < 1:
+            raise ValueError(f"document_frequency[{k}]: {gram!r} -> {count!r} is not a count >= 1")
+        table[gram] = int(count)
+    return table
 
 
 class CiderD:
@@ -55,7 +80,8 @@ class CiderD:
 
     Build it with :meth:`from_references` (the training split's captions) or :meth:`load`; call
     :meth:`score` / :meth:`score_batch`. Each distinct tuple of references has its vectors
-    computed once and kept in an LRU cache of ``cache_size`` entries.
+    computed once and kept in an LRU cache of ``cache_size`` entries (about 60 KiB each for
+    five COCO-length references: the default 2048 holds several reward batches in ~120 MB).
     """
 
     def __init__(
@@ -64,7 +90,7 @@ class CiderD:
         num_images: int,
         *,
         sigma: float = 6.0,
-        cache_size: int = 16384,
+        cache_size: int = 2048,
     ) -> None:
         if len(document_frequency) < 1:
             raise ValueError("document_frequency must hold one table per n-gram order (n >= 1)")
@@ -76,9 +102,15 @@ class CiderD:
         self.sigma = float(sigma)
         self.num_images = int(num_images)
         self.ref_len = math.log(float(self.num_images))
-        self._df: list[dict[str, float]] = [dict(order) for order in document_frequency]
+        self._df: list[dict[str, int]] = [
+            _int_counts(order, k) for k, order in enumerate(document_frequency)
+        ]
+        if any(count > self.num_images for order in self._df for count in order.values()):
+            raise ValueError("a document frequency exceeds num_images")
+        # log(max(1, df)) for every possible df, so scoring does table look-ups, not logs
+        self._log_df = [0.0] + [math.log(float(count)) for count in range(1, self.num_images + 1)]
         self._penalty_scale = 2.0 * self.sigma**2
-        self._cache: OrderedDict[tuple[str, ...], list[_Vector]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, ...], _References] = OrderedDict()
         self.cache_size = int(cache_size)
 
     # ------------------------------------------------------------------ construction
@@ -89,7 +121,7 @@ class CiderD:
         *,
         n: int = 4,
         sigma: float = 6.0,
-        cache_size: int = 16384,
+        cache_size: int = 2048,
     ) -> CiderD:
         """df(g) = number of images whose pooled (normalised) references contain n-gram g."""
         if n < 1:
@@ -144,7 +176,7 @@ class CiderD:
         path: str | os.PathLike[str],
         *,
         sigma: float | None = None,
-        cache_size: int = 16384,
+        cache_size: int = 2048,
     ) -> CiderD:
         """Read a file written by :meth:`save`; ``sigma`` overrides the stored one if given."""
         path = Path(path)
@@ -180,15 +212,17 @@ class CiderD:
     def _vector(self, caption: str) -> _Vector:
         """tf-idf weights per order, their L2 norms, and pycocoevalcap's "length" (bigram count)."""
         ref_len = self.ref_len
-        log = math.log
+        log_df = self._log_df
         vecs: list[dict[str, float]] = []
         norms: list[float] = []
         counts_per_order = _ngram_counts(caption, self.n)
         for counts, df in zip(counts_per_order, self._df):
+            df_get = df.get
             vec = {}
             sq = 0.0
             for gram, tf in counts.items():
-                weight = float(tf) * (ref_len - log(max(1.0, df.get(gram, 0.0))))
+                # idf = ref_len - log(max(1, df)): unseen n-grams get the full ref_len
+                weight = float(tf) * (ref_len - log_df[df_get(gram, 0)])
                 vec[gram] = weight
                 sq += weight * weight
             vecs.append(vec)
@@ -197,7 +231,7 @@ class CiderD:
         length = sum(counts_per_order[1].values()) if self.n >= 2 else 0
         return vecs, norms, length
 
-    def _reference_vectors(self, refs: Sequence[str]) -> list[_Vector]:
+    def _reference_vectors(self, refs: Sequence[str]) -> _References:
         key = tuple(refs)
         cached = self._cache.get(key)
         if cached is not None:
@@ -205,29 +239,42 @@ class CiderD:
             return cached
         if len(key) == 0:
             raise ValueError("refs must hold at least one reference caption")
-        vectors = [self._vector(normalize_caption(ref)) for ref in key]
-        self._cache[key] = vectors
+        index: list[dict[str, list[tuple[int, float, float]]]] = [{} for _ in range(self.n)]
+        lengths = []
+        for r, ref in enumerate(key):
+            vecs, norms, length = self._vector(normalize_caption(ref))
+            for k, vec in enumerate(vecs):
+                table, norm = index[k], norms[k]
+                for gram, weight in vec.items():
+                    # a zero norm means all-zero weights: pycocoevalcap skips the division
+                    table.setdefault(gram, []).append((r, weight, weight / norm if norm else 0.0))
+            lengths.append(length)
+        entry = _References(index, lengths)
+        self._cache[key] = entry
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
-        return vectors
+        return entry
 
-    def _similarity(self, cand: _Vector, refs: list[_Vector]) -> float:
+    def _similarity(self, cand: _Vector, refs: _References) -> float:
+        """sum_k sum_r pen_r * sum_g min(w_c, w_r) w_r / (|c_k| |r_k|), / n / #refs * 10."""
         cand_vecs, cand_norms, cand_len = cand
-        totals = [0.0] * self.n
-        for ref_vecs, ref_norms, ref_len in refs:
-            delta = float(cand_len - ref_len)
-            penalty = math.exp(-(delta * delta) / self._penalty_scale)
-            for k in range(self.n):
-                ref_vec = ref_vecs[k]
-                val = 0.0
-                for gram, weight in cand_vecs[k].items():
-                    ref_weight = ref_vec.get(gram)
-                    if ref_weight is not None:
-                        val += min(weight, ref_weight) * ref_weight
-                if cand_norms[k] != 0 and ref_norms[k] != 0:
-                    val /= cand_norms[k] * ref_norms[k]
-                totals[k] += val * penalty
-        return sum(totals) / self.n / len(refs) * 10.0
+        scale = self._penalty_scale
+        penalties = [math.exp(-(float(cand_len - length) ** 2) / scale) for length in refs.lengths]
+        total = 0.0
+        for k in range(self.n):
+            cand_norm = cand_norms[k]
+            if cand_norm == 0:
+                continue  # all candidate weights are 0, so is every similarity
+            index = refs.index[k]
+            order_sum = 0.0
+            for gram, weight in cand_vecs[k].items():
+                hits = index.get(gram)
+                if hits is not None:
+                    for r, ref_weight, scaled in hits:
+                        clipped = weight if weight < ref_weight else ref_weight
+                        order_sum += clipped * scaled * penalties[r]
+            total += order_sum / cand_norm
+        return total / self.n / len(refs.lengths) * 10.0
 
     # ------------------------------------------------------------------ scoring
     def score(self, candidate: str, refs: Sequence[str]) -> float:
@@ -255,6 +302,10 @@ class CiderD:
                 vector = cand_cache[candidate] = self._vector(normalize_caption(candidate))
             out[i] = self._similarity(vector, self._reference_vectors(refs))
         return out
+
+    def clear_cache(self) -> None:
+        """Forget every cached reference vector (they are rebuilt on demand)."""
+        self._cache.clear()
 
     def __repr__(self) -> str:
         sizes = ", ".join(str(len(order)) for order in self._df)

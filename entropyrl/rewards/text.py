@@ -16,8 +16,9 @@ import unicodedata
 _CLITIC = re.compile(r"(?<=\w)(n't|'s|'re|'ve|'ll|'d|'m)\b")
 # Anything that is neither a word character, an apostrophe, a hyphen nor whitespace is punctuation.
 _PUNCT = re.compile(r"[^\w\s'\-]|_")
+# The same for ASCII text, as one C-level translation.
+_ASCII_PUNCT = str.maketrans({c: " " for c in map(chr, range(128)) if _PUNCT.fullmatch(c)})
 # Hyphens and apostrophes only survive inside a word (t-shirt) or at the start of a clitic.
-_EDGE = re.compile(r"^[-']+|[-']+$")
 _CLITICS = frozenset({"n't", "'s", "'re", "'ve", "'ll", "'d", "'m"})
 
 
@@ -29,13 +30,16 @@ def normalize_caption(text: str) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"caption must be a str, got {type(text).__name__}")
-    text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
-    text = _CLITIC.sub(r" \1", text)
-    text = _PUNCT.sub(" ", text)
+    if not text.isascii():  # NFKC only where it can change something
+        text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
+    text = text.lower()
+    if "'" in text:
+        text = _CLITIC.sub(r" \1", text)
+    text = text.translate(_ASCII_PUNCT) if text.isascii() else _PUNCT.sub(" ", text)
     words = []
     for token in text.split():
         if token not in _CLITICS:
-            token = _EDGE.sub("", token)
+            token = token.strip("-'")
         if token:
             words.append(token)
     return " ".join(words)
