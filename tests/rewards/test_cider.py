@@ -180,3 +180,11 @@ def test_bad_arguments():
         CiderD.from_references({3: []})
     with pytest.raises(ValueError, match="empty"):
         CiderD.from_references({})
+
+
+def test_package_exports():
+    import entropyrl.rewards as rewards
+
+    assert rewards.CiderD is CiderD and rewards.normalize_caption is normalize_caption
+    with pytest.raises(AttributeError, match="nope"):
+        rewards.nope  # noqa: B018
