@@ -68,11 +68,3 @@ def seg_max(values: Tensor, inv: Tensor, num_groups: int) -> Tensor:
     """Tensor[G]: per-group maximum; -inf for empty groups."""
     out = values.new_full((num_groups,), float("-inf"))
     return out.scatter_reduce_(0, inv, values, reduce="amax", include_self=True)
-
-
-def seg_logsumexp(values: Tensor, inv: Tensor, num_groups: int) -> Tensor:
-    """Tensor[G]: per-group logsumexp, max-shifted so large magnitudes do not overflow."""
-    top = seg_max(values, inv, num_groups)
-    top_b = top[inv]
-    total = seg_sum(torch.exp(values - top_b), inv, num_groups)
-    return top + torch.log(total.clamp_min(torch.finfo(values.dtype).tiny))

@@ -37,7 +37,8 @@ def clip_high_from_hallucination(
     to move; ``"hallucinated_low"`` swaps the two ends (nobody has published which direction
     helps, so both are offered). Let s(x) in [0, 1] be the "hallucinated" share of the rule:
 
-    - ``step`` (EntropyRL): s = 0 if chair_i < threshold else 1 (0.3 below 1e-4, else 0.5).
+    - ``step`` (EntropyRL): s = 0 if chair_i < threshold else 1 (0.3 below 1e-4, else 0.5);
+      compared in float32, so a score stored as 1e-4 counts as at the threshold.
     - ``linear``: s = clamp((chair_i - threshold) / (saturation - threshold), 0, 1), i.e. the
       bound ramps linearly from ``threshold`` (about 0) to ``saturation`` (default 1.0).
     - ``sigmoid``: s = sigmoid((chair_i - threshold) / temperature), a smooth step centred on

@@ -21,7 +21,7 @@ from entropyrl._segments import (
     float_dtype,
     group_index,
     seg_count,
-    seg_logsumexp,
+    seg_max,
     seg_sum,
 )
 
@@ -37,7 +37,11 @@ def _finite(x: Tensor, name: str, length: int | None = None) -> None:
 
 
 def _group_log_softmax(logits: Tensor, inv: Tensor, num_groups: int) -> Tensor:
-    return logits - seg_logsumexp(logits, inv, num_groups)[inv]
+    # Shift by the group maximum first and subtract log(sum) afterwards: subtracting a full
+    # logsumexp of -5000 in float32 would round the result to the 5e-4 spacing of floats there.
+    shifted = logits - seg_max(logits, inv, num_groups)[inv]
+    total = seg_sum(torch.exp(shifted), inv, num_groups)
+    return shifted - torch.log(total)[inv]
 
 
 def maxent_target(
