@@ -1,0 +1,200 @@
+"""Models for the local runner: a tiny Qwen2-VL / Qwen2 built from a config, or a user checkpoint.
+
+Nothing is downloaded: a tiny model is initialised from a seed (about 1-3 M parameters with the
+8k-rank tokenizer), and `--model PATH` loads any Qwen2-VL checkpoint already on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "TinyModelConfig",
+    "build_tiny_qwen2",
+    "build_tiny_qwen2vl",
+    "count_parameters",
+    "load_pretrained",
+    "pick_device",
+    "seed_everything",
+]
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Size of a tiny Qwen2-VL (defaults: environment.md, "what a tiny Qwen2-VL learns")."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    vision_depth: int = 2
+    vision_embed_dim: int = 64
+    vision_heads: int = 4
+    patch_size: int = 14
+    merge_size: int = 2
+    max_positions: int = 1024
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vision_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) / num_heads ({self.num_heads}) must be an "
+                "even integer (rotary head dim)"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads must be a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.vision_embed_dim % self.vision_heads:
+            raise ValueError("vision_embed_dim must be a multiple of vision_heads")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) so that runs repeat."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """`device` if given, else the one CUDA GPU when there is one, else the CPU."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Qwen2-VL splits the rotary half-dim into (time, height, width) = 1/4, 3/8, 3/8."""
+    half = head_dim // 2
+    t = half // 4
+    h = (half - t) // 2
+    return [t, h, half - t - h]
+
+
+def _token_ids(tokenizer: Any) -> dict[str, int]:
+    ids = {
+        name: tokenizer.convert_tokens_to_ids(token)
+        for name, token in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
+    for name, value in ids.items():
+        if value is None or value == tokenizer.unk_token_id:
+            raise ValueError(f"tokenizer lacks the Qwen2-VL token for {name}")
+    return ids
+
+
+def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
+    """A randomly initialised `Qwen2VLForConditionalGeneration` sized by `config`.
+
+    The vocabulary is `len(tokenizer)`; special-token ids come from the tokenizer, so the
+    8k-rank tokenizer and the full Qwen vocabulary both work.
+    """
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = config or TinyModelConfig()
+    head_dim = config.hidden_size // config.num_heads
+    hf_config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size,
+            "num_hidden_layers": config.num_layers,
+            "num_attention_heads": config.num_heads,
+            "num_key_value_heads": config.num_kv_heads,
+            "max_position_embeddings": config.max_positions,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": _mrope_section(head_dim),
+            },
+            "bos_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": config.tie_embeddings,
+        },
+        vision_config={
+            "depth": config.vision_depth,
+            "embed_dim": config.vision_embed_dim,
+            "hidden_size": config.hidden_size,
+            "num_heads": config.vision_heads,
+            "mlp_ratio": 2,
+            "patch_size": config.patch_size,
+            "spatial_merge_size": config.merge_size,
+        },
+        tie_word_embeddings=config.tie_embeddings,
+        **_token_ids(tokenizer),
+    )
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(hf_config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
+    """A randomly initialised text-only `Qwen2ForCausalLM` (the function-calling task)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = config or TinyModelConfig()
+    hf_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=config.max_positions,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=config.tie_embeddings,
+    )
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(hf_config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def load_pretrained(path: str | os.PathLike[str], *, vision: bool = True):
+    """`(model, tokenizer)` from a local checkpoint folder (no download).
+
+    Any Qwen2-VL / Qwen2.5-VL checkpoint (`vision=True`) or Qwen2 / Qwen2.5 text checkpoint
+    works; the folder must hold the tokenizer files too.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"--model: {path} is not a local checkpoint folder")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if vision:
+        from transformers import AutoModelForImageTextToText
+
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, local_files_only=True, dtype=torch.float32
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch.float32
+        )
+    return model, tokenizer
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

@@ -1,0 +1,154 @@
+"""Policy-side tensor work of the local runner: sampling, response masks, log-probs, entropies.
+
+A batch is a dict of model inputs for the *prompts* (`input_ids` [B, P] left-padded,
+`attention_mask` [B, P], plus `pixel_values`, `image_grid_thw`, `mm_token_type_ids` for a VLM).
+Responses are [B, R] right-padded with the pad id after the first end-of-turn token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from entropyrl.entropy import token_entropy
+
+__all__ = [
+    "expand_prompts",
+    "forbidden_token_ids",
+    "generate",
+    "response_log_probs",
+    "response_mask",
+    "select_rows",
+    "sequence_inputs",
+]
+
+
+def forbidden_token_ids(tokenizer: Any) -> list[int]:
+    """Every special / added token but end-of-turn: an untrained model that samples
+    `<|image_pad|>` breaks the next forward ("image features and image tokens do not match")."""
+    keep = tokenizer.eos_token_id
+    ids = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    return sorted(i for i in ids if i != keep)
+
+
+def expand_prompts(batch: Mapping[str, Tensor], n: int) -> dict[str, Tensor]:
+    """Repeat every prompt `n` times (rows b*n .. b*n+n-1 come from prompt b).
+
+    `pixel_values` holds the patches of all images back to back; each image's block is repeated
+    as a whole, following `image_grid_thw`.
+    """
+    out: dict[str, Tensor] = {}
+    for key, value in batch.items():
+        if key == "pixel_values":
+            sizes = batch["image_grid_thw"].prod(dim=-1).tolist()
+            blocks = torch.split(value, sizes, dim=0)
+            out[key] = torch.cat([block for block in blocks for _ in range(n)], dim=0)
+        else:
+            out[key] = value.repeat_interleave(n, dim=0)
+    return out
+
+
+def response_mask(responses: Tensor, eos_id: int) -> Tensor:
+    """LongTensor[B, R]: 1 up to and including the first `eos_id`, 0 after it."""
+    is_eos = responses == eos_id
+    before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # eos seen strictly before t
+    return (before == 0).long()
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    prompts: Mapping[str, Tensor],
+    *,
+    eos_id: int,
+    pad_id: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    suppress: list[int] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Sample (or greedy-decode) one response per prompt row.
+
+    Returns:
+        (responses LongTensor[B, R], mask LongTensor[B, R]); R <= max_new_tokens, positions after
+        the first end-of-turn hold `pad_id` and mask 0.
+    """
+    was_training = model.training
+    model.eval()
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "eos_token_id": eos_id,
+        "pad_token_id": pad_id,
+        "suppress_tokens": suppress or None,
+    }
+    if greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    output = model.generate(**prompts, **kwargs)
+    if was_training:
+        model.train()
+    responses = output[:, prompts["input_ids"].shape[1] :]
+    mask = response_mask(responses, eos_id)
+    responses = torch.where(mask.bool(), responses, torch.full_like(responses, pad_id))
+    return responses, mask
+
+
+def sequence_inputs(
+    prompts: Mapping[str, Tensor], responses: Tensor, mask: Tensor
+) -> dict[str, Tensor]:
+    """Model inputs for prompt + response (right-padded responses, left-padded prompts)."""
+    inputs = dict(prompts)
+    inputs["input_ids"] = torch.cat([prompts["input_ids"], responses], dim=1)
+    inputs["attention_mask"] = torch.cat(
+        [prompts["attention_mask"], mask.to(prompts["attention_mask"].dtype)], dim=1
+    )
+    if "mm_token_type_ids" in prompts:
+        zeros = torch.zeros_like(responses, dtype=prompts["mm_token_type_ids"].dtype)
+        inputs["mm_token_type_ids"] = torch.cat([prompts["mm_token_type_ids"], zeros], dim=1)
+    if "pixel_values" not in prompts:
+        # Text models read positions from here; left padding must not shift them.
+        position_ids = torch.cumsum(inputs["attention_mask"], dim=1) - 1
+        inputs["position_ids"] = position_ids.clamp_min(0)
+    return inputs
+
+
+def response_log_probs(
+    model: Any,
+    prompts: Mapping[str, Tensor],
+    responses: Tensor,
+    mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs of the response tokens (and per-token entropy) at the sampling temperature.
+
+    Returns:
+        (log_prob Tensor[B, R], entropy Tensor[B, R] or None); values at masked positions are
+        whatever the model gives there (the caller masks them).
+    """
+    inputs = sequence_inputs(prompts, responses, mask)
+    length = responses.shape[1]
+    # Only the positions that predict response tokens go through the LM head.
+    logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1, :]
+    logits = logits.float() / temperature
+    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    entropy = token_entropy(logits.detach()) if with_entropy else None
+    return log_prob, entropy
+
+
+def select_rows(batch: Mapping[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    """Rows `index` of a prompt batch; each image's `pixel_values` block travels with its row."""
+    out: dict[str, Tensor] = {}
+    for key, value in batch.items():
+        if key == "pixel_values":
+            sizes = batch["image_grid_thw"].prod(dim=-1).tolist()
+            blocks = torch.split(value, sizes, dim=0)
+            out[key] = torch.cat([blocks[i] for i in index.tolist()], dim=0)
+        else:
+            out[key] = value[index]
+    return out

@@ -1,0 +1,288 @@
+"""Phases of a local run (warm-up, RL, equal-time control) and the shared session they run in.
+
+A `CaptionSession` owns the synthetic world, the CHAIR service subprocess and its HTTP client,
+the tokenizer/processor, the reward and the model; phases log one JSON line per step through a
+`MetricsLog`. `entropyrl demo` (demo.py) and the acceptance study (acceptance.py) compose them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from entropyrl.local.config import DemoConfig, parse_variant
+from entropyrl.local.rl import RLSettings, rl_step, supervised_step
+
+__all__ = [
+    "CaptionSession",
+    "MetricsLog",
+    "rl_settings",
+    "run_rl",
+    "run_warmup",
+]
+
+
+class MetricsLog:
+    """Appends `{"phase", "variant", "step", ...metrics}` lines to `metrics.jsonl`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, phase: str, step: int, metrics: dict[str, Any], **tags: Any) -> None:
+        record = {"phase": phase, "step": step, **tags, **metrics}
+        self.records.append(record)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, allow_nan=True) + "\n")
+
+
+def rl_settings(cfg: DemoConfig, variant: str) -> RLSettings:
+    """`RLSettings` of a variant name (`ADV` or `ADV+clip`) with the rest from `cfg`."""
+    adv, clip = parse_variant(variant)
+    fields = {k: getattr(cfg, k) for k in RLSettings.__dataclass_fields__ if hasattr(cfg, k)}
+    fields["adv"] = adv
+    fields["clip_schedule"] = (
+        (cfg.clip_schedule if cfg.clip_schedule != "off" else "step") if clip else "off"
+    )
+    return RLSettings(**fields)
+
+
+def _progress(total: int | None, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=True)
+
+
+def _constant_after_ramp(step: int, ramp: int = 20) -> float:
+    return min(1.0, (step + 1) / ramp)
+
+
+def run_warmup(
+    model: Any,
+    task: Any,
+    cfg: DemoConfig,
+    *,
+    steps: int | None = None,
+    seconds: float | None = None,
+    seed: int,
+    log: MetricsLog | None = None,
+    phase: str = "warmup",
+    ramp: bool = True,
+    progress: bool = True,
+) -> dict[str, float]:
+    """Supervised steps on the noisy warm-up captions, for `steps` steps or `seconds` seconds.
+
+    Returns `{"steps", "seconds", "loss"}` (loss of the last 20 steps).
+    """
+    if (steps is None) == (seconds is None):
+        raise ValueError("run_warmup needs exactly one of steps= or seconds=")
+    rng = random.Random(f"warmup-{seed}-{phase}")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _constant_after_ramp if ramp else (lambda _: 1.0)
+    )
+    started = time.perf_counter()
+    losses: list[float] = []
+    step = 0
+    bar = _progress(steps, phase, progress and cfg.progress)
+    while True:
+        elapsed = time.perf_counter() - started
+        if (steps is not None and step >= steps) or (seconds is not None and elapsed >= seconds):
+            break
+        ids, targets = task.warmup_batch(rng, cfg.warmup_batch)
+        loss = supervised_step(
+            model,
+            optimizer,
+            task.prompts(ids),
+            targets,
+            pad_id=task.tokenizer.pad_token_id,
+            max_grad_norm=cfg.max_grad_norm,
+        )
+        schedule.step()
+        losses.append(loss)
+        if log is not None and (step % 10 == 0):
+            log.write(phase, step, {"loss": loss, "seconds": time.perf_counter() - started})
+        bar.update(1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss:.3f}")
+        step += 1
+    bar.close()
+    tail = losses[-20:]
+    return {
+        "steps": float(step),
+        "seconds": time.perf_counter() - started,
+        "loss": sum(tail) / len(tail) if tail else math.nan,
+    }
+
+
+def run_rl(
+    model: Any,
+    task: Any,
+    cfg: DemoConfig,
+    variant: str,
+    *,
+    seed: int,
+    log: MetricsLog | None = None,
+    ref_model: Any | None = None,
+    items_source: Callable[[random.Random, int], list[Any]] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """`cfg.steps` RL steps of `variant`; returns `{"seconds", "history": [step metrics]}`."""
+    settings = rl_settings(cfg, variant)
+    if settings.adv == "maxent_grpo" and ref_model is None:
+        ref_model = _frozen_copy(model)
+    if cfg.kl_coef > 0 and ref_model is None:
+        ref_model = _frozen_copy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    rng = random.Random(f"rl-{seed}")
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    from entropyrl.local.policy import forbidden_token_ids
+
+    suppress = forbidden_token_ids(task.tokenizer)
+    pick = items_source or (lambda r, k: r.sample(task.train_ids, k))
+    history = []
+    started = time.perf_counter()
+    bar = _progress(cfg.steps, f"rl {variant}", progress and cfg.progress)
+    for step in range(cfg.steps):
+        items = pick(rng, cfg.prompts_per_step)
+        metrics = rl_step(
+            model,
+            optimizer,
+            task,
+            items,
+            settings,
+            tokenizer=task.tokenizer,
+            suppress=suppress,
+            generator=generator,
+            ref_model=ref_model,
+        )
+        history.append(metrics)
+        if log is not None:
+            log.write("rl", step, metrics, variant=variant)
+        bar.update(1)
+        bar.set_postfix(
+            {
+                k: f"{metrics[m]:.3f}"
+                for k, m in (
+                    ("reward", "reward"),
+                    ("cider", "cider"),
+                    ("chair_i", "chair_i"),
+                    ("entropy", "entropy"),
+                    ("clip_high", "clip_high"),
+                )
+                if m in metrics
+            }
+        )
+    bar.close()
+    return {"seconds": time.perf_counter() - started, "history": history}
+
+
+def _frozen_copy(model: Any) -> Any:
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+class CaptionSession:
+    """World + CHAIR service + tokenizer/processor + reward + a fresh tiny model (or `--model`).
+
+    Use as a context manager: the CHAIR service subprocess is stopped on exit.
+    """
+
+    def __init__(self, cfg: DemoConfig, world_dir: str | Path, *, seed: int | None = None) -> None:
+        from chair_server.launch import start_server
+        from entropyrl.chair_client import ChairClient
+        from entropyrl.data.synthetic import build_synthetic_coco
+        from entropyrl.local.captioning import CaptionTask
+        from entropyrl.local.model import (
+            TinyModelConfig,
+            build_tiny_qwen2vl,
+            load_pretrained,
+            pick_device,
+            seed_everything,
+        )
+        from entropyrl.local.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+        from entropyrl.rewards.caption import CaptionReward
+        from entropyrl.rewards.cider import CiderD
+
+        self.cfg = cfg
+        self.seed = cfg.seed if seed is None else seed
+        torch.set_num_threads(cfg.threads)
+        seed_everything(self.seed)
+        self.device = pick_device(cfg.device)
+        self.world = build_synthetic_coco(
+            world_dir,
+            num_train=cfg.num_train,
+            num_test=cfg.num_test,
+            image_size=cfg.image_size,
+            noise_rate=cfg.noise_rate,
+            seed=self.seed,
+        )
+        if cfg.model:
+            self.model, self.tokenizer = load_pretrained(cfg.model, vision=True)
+        else:
+            self.tokenizer = build_qwen_tokenizer(cfg.tokenizer_ranks)
+            self.model = build_tiny_qwen2vl(
+                self.tokenizer,
+                TinyModelConfig(
+                    hidden_size=cfg.hidden_size,
+                    num_layers=cfg.num_layers,
+                    vision_depth=cfg.vision_depth,
+                ),
+                seed=self.seed,
+            )
+        self.model.to(self.device)
+        self.processor = build_qwen2vl_processor(self.tokenizer, image_size=cfg.image_size)
+        self.server = start_server(coco=self.world.root, extra_args=["--workers", "2"])
+        try:
+            self.chair = ChairClient(self.server.url, timeout=30.0, retries=2)
+            self.cider = CiderD.from_references(self.world.train_references())
+            self.reward = CaptionReward(
+                self.cider,
+                self.chair,
+                chair_weight=cfg.chair_weight,
+                recall_weight=cfg.recall_weight,
+            )
+            self.task = CaptionTask(self.world, self.tokenizer, self.processor, self.reward)
+        except BaseException:
+            self.server.stop()
+            raise
+
+    def evaluate(self, model: Any | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        from entropyrl.local.policy import forbidden_token_ids
+
+        return self.task.evaluate(
+            model or self.model,
+            self.chair,
+            max_new_tokens=self.cfg.eval_max_new_tokens,
+            suppress=forbidden_token_ids(self.tokenizer),
+        )
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """A copy of the model weights (the shared warm-up checkpoint)."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state)
+
+    def close(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> CaptionSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
