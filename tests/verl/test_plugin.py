@@ -1,0 +1,93 @@
+"""Plugin discovery in a fresh process, and `entropyrl doctor`.
+
+verl 0.9.1 reads VERL_USE_EXTERNAL_PLUGINS once, in `verl/__init__.py`: "auto" (default) loads
+every `verl.plugins` entry point, "none" loads none, anything else is a comma list of names.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from entropyrl.verl import doctor
+
+OURS = {
+    "advantage_estimators": {"egpo", "egpo_ratio", "entropy_adv", "maxent_grpo"},
+    "policy_losses": {"per_sample_clip"},
+    "trainers": {"entropyrl"},
+}
+
+
+def probe(policy: str | None) -> dict:
+    env = dict(os.environ)
+    env.pop("VERL_USE_EXTERNAL_PLUGINS", None)
+    if policy is not None:
+        env["VERL_USE_EXTERNAL_PLUGINS"] = policy
+    return doctor.fresh_process_report(env=env)
+
+
+@pytest.fixture(scope="module")
+def auto_report() -> dict:
+    return probe(None)
+
+
+@pytest.fixture(scope="module")
+def none_report() -> dict:
+    return probe("none")
+
+
+def test_import_verl_registers_everything(auto_report):
+    assert auto_report["verl_version"] == "0.9.1"
+    assert auto_report["plugin_imported"]
+    for kind, names in OURS.items():
+        assert names <= set(auto_report[kind]), kind
+
+
+def test_none_disables_discovery(none_report):
+    assert not none_report["plugin_imported"]
+    for kind, names in OURS.items():
+        assert not names & set(none_report[kind]), kind
+    # verl's own registrations are still there.
+    assert "vanilla" in none_report["policy_losses"]
+
+
+def test_entry_point_is_declared():
+    assert doctor.entry_point_declared()
+
+
+def test_doctor_reports_and_exits_zero(monkeypatch, capsys, auto_report):
+    from entropyrl.cli import main
+
+    monkeypatch.setattr(doctor, "fresh_process_report", lambda timeout=300.0: auto_report)
+    assert main(["doctor", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "verl: 0.9.1" in out
+    assert "per_sample_clip" in out and "maxent_grpo" in out
+    assert "plugin loaded, all registered" in out
+
+
+def test_doctor_fails_when_discovery_is_off(monkeypatch, capsys, none_report):
+    from entropyrl.cli import main
+
+    monkeypatch.setattr(doctor, "fresh_process_report", lambda timeout=300.0: none_report)
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "plugin NOT loaded" in out
+    assert "VERL_USE_EXTERNAL_PLUGINS" in out
+
+
+def test_doctor_module_imports_light():
+    """`entropyrl --help` imports doctor.py: it must not pull verl or torch at import time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, entropyrl.verl.doctor; "
+        "print(any(m == 'verl' or m.startswith(('verl.', 'torch')) for m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
