@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
-import re
+import string
 
 from chair_server import vocabulary
 
-# Lower-cased words; a hyphenated compound stays one token ("kite-flying" is not a kite), as in
-# the NLTK tokenizer the original used. Punctuation and possessives ("dog's") split off.
-_WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+# Punctuation separates words and, like the NLTK tokens of the original, breaks two-word
+# expressions ("hot, dog" is no hot dog). Hyphens stay inside words ("kite-flying" is not a
+# kite; a run of two or more is a dash). A few non-ASCII marks LLMs print (curly quotes,
+# dashes, ellipsis) count as punctuation.
+PUNCTUATION = "".join(c for c in string.punctuation if c != "-") + "‘’“”«»–—…•·"
+SEPARATOR = "|"
+_TO_SEPARATOR = str.maketrans(dict.fromkeys(PUNCTUATION, SEPARATOR))
 
 
 def tokenize(caption: str) -> list[str]:
-    """Lower-cased word tokens of a caption ("dog." at a sentence end is "dog")."""
-    return _WORD.findall(caption.lower())
+    """Lower-cased word tokens; each punctuation mark becomes a ``"|"`` token.
+
+    ``"A hot, dog's bowl."`` -> ``["a", "hot", "|", "dog", "|", "s", "bowl", "|"]``. (Three
+    C-level passes: ``translate``, ``replace``, ``split``; a regex is about 1.5x slower.)
+    """
+    text = caption.lower().replace("--", "—").translate(_TO_SEPARATOR)
+    return text.replace(SEPARATOR, " | ").split()
 
 
 class MentionExtractor:
     """Finds the vocabulary words of a caption and their categories.
 
-    All tables are built once: surface form -> singular word, (token, token) -> two-word
-    expression, word -> category. Extraction is one pass over the tokens with dict look-ups.
+    Tables built once: surface form (singular or plural) -> singular vocabulary word, (token,
+    token) -> two-word expression, word -> category. A C-level set intersection finds the few
+    vocabulary tokens of a caption; the original's left-to-right pair scan then only visits
+    those positions.
     """
 
     def __init__(self) -> None:
@@ -28,33 +39,54 @@ class MentionExtractor:
         self.singular: dict[str, str] = vocabulary.surface_forms(self.category_of)
         self.pairs: dict[tuple[str, str], str | None] = vocabulary.pair_forms()
         self.pair_starts: frozenset[str] = frozenset(first for first, _ in self.pairs)
+        self._lookup_keys = frozenset(self.singular) | self.pair_starts
         self.rule_trigger, self.rule_dropped = vocabulary.TOILET_SEAT_RULE
 
     def mentions(self, caption: str) -> list[tuple[str, str]]:
         """``[(word, category), ...]`` in caption order; repeated mentions all count.
 
         ``word`` is the singular vocabulary word ("men" -> "man", "hot dogs" -> "hot dog"),
-        ``category`` the COCO category name it counts for ("man" -> "person").
+        ``category`` the COCO category name it counts for ("man" -> "person"). Two-word
+        expressions that are no object ("home plate", "train track", "baby animal") yield
+        nothing, and seats are dropped when the caption also mentions a toilet.
         """
+        return self.analyse(caption)[0]
+
+    def analyse(self, caption: str) -> tuple[list[tuple[str, str]], int]:
+        """``(mentions, number of words)`` of a caption (punctuation is not a word)."""
         tokens = tokenize(caption)
+        length = len(tokens) - tokens.count(SEPARATOR)
+        hits = self._lookup_keys.intersection(tokens)
+        if not hits:
+            return [], length
+        singular = self.singular
+        if self.pair_starts.isdisjoint(hits):
+            words = [singular[t] for t in tokens if t in hits]
+        else:
+            words = self._scan(tokens, hits)
+        if self.rule_dropped in words and self.rule_trigger in words:
+            words = [w for w in words if w != self.rule_dropped]
+        category_of = self.category_of
+        return [(w, category_of[w]) for w in words], length
+
+    def _scan(self, tokens: list[str], hits: set[str]) -> list[str]:
+        """The original's left-to-right scan, visiting only vocabulary and pair-start tokens:
+        a two-word expression wins over its first word and consumes its second."""
         singular, pairs, starts = self.singular, self.pairs, self.pair_starts
         words: list[str] = []
-        i, n = 0, len(tokens)
-        while i < n:
-            token = tokens[i]
+        n, next_free = len(tokens), 0
+        for i, token in [(i, t) for i, t in enumerate(tokens) if t in hits]:
+            if i < next_free:
+                continue
             if token in starts and i + 1 < n:
                 key = (token, tokens[i + 1])
                 if key in pairs:
                     target = pairs[key]
                     if target is not None:
                         words.append(target)
-                    i += 2
+                    next_free = i + 2
                     continue
             word = singular.get(token)
             if word is not None:
                 words.append(word)
-            i += 1
-        if self.rule_dropped in words and self.rule_trigger in words:
-            words = [w for w in words if w != self.rule_dropped]
-        category_of = self.category_of
-        return [(w, category_of[w]) for w in words]
+        return words

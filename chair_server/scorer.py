@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from chair_server import ground_truth as gt
 from chair_server.mentions import MentionExtractor
@@ -94,7 +94,7 @@ class ChairScorer:
         Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics.
         """
         try:
-            key = gt.normalize_image_id(image_id)
+            key = image_id if type(image_id) is int else gt.normalize_image_id(image_id)
         except ValueError as exc:
             return {"image_id": image_id, "caption": caption, "error": str(exc)}
         truth = self._objects.get(key)
@@ -104,9 +104,9 @@ class ChairScorer:
                 "caption": caption,
                 "error": f"unknown image_id {image_id!r}",
             }
-        found = self._extractor.mentions(caption)
-        hallucinated = [[w, c] for w, c in found if c not in truth]
+        found, length = self._extractor.analyse(caption)
         mentioned = [c for _, c in found]
+        hallucinated = [[w, c] for w, c in found if c not in truth]
         recalled = len(truth.intersection(mentioned))
         n = len(found)
         return {
@@ -116,13 +116,14 @@ class ChairScorer:
             "hallucinated": hallucinated,
             "no_mentions": n == 0,
             "metrics": {
-                "CHAIRs": int(bool(hallucinated)),
+                "CHAIRs": 1 if hallucinated else 0,
                 "CHAIRi": len(hallucinated) / n if n else 0.0,
                 "Recall": recalled / len(truth) if truth else 0.0,
                 "mentions": n,
                 "hallucinated": len(hallucinated),
                 "ground_truth": len(truth),
                 "recalled": recalled,
+                "words": length,
             },
         }
 
@@ -133,18 +134,28 @@ class ChairScorer:
         (see ``score_one``); overall CHAIRs/CHAIRi/Recall are micro-averages over the captions
         whose image is known, with counts of captions, errors, mentions and captions without
         any object mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect").
+        Raises ValueError naming ``captions[i].field`` for a malformed item.
         """
         sentences = []
+        score_one = self.score_one
         for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise ValueError(f"captions[{index}] must be an object with image_id and caption")
-            for field in ("image_id", "caption"):
-                if field not in item:
-                    raise ValueError(f"captions[{index}].{field} is missing")
-            if not isinstance(item["caption"], str):
+            try:
+                image_id, caption = item["image_id"], item["caption"]
+            except (KeyError, TypeError, IndexError):
+                _raise_item_error(index, item)
+            if type(caption) is not str:
                 raise ValueError(f"captions[{index}].caption must be a string")
-            sentences.append(self.score_one(item["image_id"], item["caption"]))
+            sentences.append(score_one(image_id, caption))
         return {"sentences": sentences, "overall_metrics": overall_metrics(sentences)}
+
+
+def _raise_item_error(index: int, item: object) -> NoReturn:
+    if not isinstance(item, Mapping):
+        raise ValueError(f"captions[{index}] must be an object with image_id and caption")
+    for field in ("image_id", "caption"):
+        if field not in item:
+            raise ValueError(f"captions[{index}].{field} is missing")
+    raise ValueError(f"captions[{index}] is malformed")
 
 
 def overall_metrics(sentences: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -162,7 +173,7 @@ def overall_metrics(sentences: list[Mapping[str, Any]]) -> dict[str, Any]:
         truth += m["ground_truth"]
         recalled += m["recalled"]
         empty += int(m["mentions"] == 0)
-        words += len(entry["caption"].split())
+        words += m["words"]
     return {
         "CHAIRs": hallucinated_captions / captions if captions else 0.0,
         "CHAIRi": hallucinated / mentions if mentions else 0.0,
