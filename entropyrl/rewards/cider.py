@@ -19,10 +19,13 @@ import gzip
 import json
 import math
 import os
+import sys
 import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import mul
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +37,10 @@ __all__ = ["DF_FORMAT", "DF_VERSION", "CiderD", "normalize_caption"]
 DF_FORMAT = "entropyrl.cider_df"
 DF_VERSION = 1
 
+# An n-gram is a tuple of words: zip() builds them in C, far cheaper than joining strings.
+Gram = tuple[str, ...]
 # (per-order n-gram -> weight dicts, per-order L2 norms, bigram count used as "length")
-_Vector = tuple[list[dict[str, float]], list[float], int]
+_Vector = tuple[list[dict[Gram, float]], list[float], int]
 
 
 @dataclass(frozen=True)
@@ -47,31 +52,33 @@ class _References:
     and the reference norm is divided out once here instead of once per candidate.
     """
 
-    index: list[dict[str, list[tuple[int, float, float]]]]
+    index: list[dict[Gram, list[tuple[int, float, float]]]]
     lengths: list[int]
 
 
-def _ngram_counts(caption: str, n: int) -> list[dict[str, int]]:
-    """Per order k = 1..n, the counts of the caption's k-grams (k-grams as space-joined words)."""
+def _ngram_counts(caption: str, n: int) -> list[dict[Gram, int]]:
+    """Per order k = 1..n, the counts of the caption's k-grams (tuples of k words)."""
     words = caption.split()
-    counts: list[dict[str, int]] = []
-    grams = words
-    for k in range(n):
+    counts: list[dict[Gram, int]] = []
+    for k in range(1, n + 1):
+        slices = [words[i:] for i in range(k)]
         # n-grams are nearly always distinct: dict.fromkeys is the cheap path, Counter the exact one
-        counts.append(dict.fromkeys(grams, 1))
-        if len(counts[-1]) != len(grams):
-            counts[-1] = Counter(grams)
-        # (k+2)-grams from (k+1)-grams: one concatenation each instead of a join of a slice.
-        grams = [grams[i] + " " + words[i + k + 1] for i in range(len(grams) - 1)]
+        order = dict.fromkeys(zip(*slices), 1)
+        counts.append(order if len(order) == max(len(words) - k + 1, 0) else Counter(zip(*slices)))
     return counts
 
 
-def _int_counts(order: Mapping[str, float], k: int) -> dict[str, int]:
-    table = {}
+def _int_counts(order: Mapping[str | Gram, float], k: int) -> dict[Gram, int]:
+    """df table of order k+1 keyed by word tuples (space-joined strings are split)."""
+    table: dict[Gram, int] = {}
+    intern = sys.intern  # one str object per distinct word across all tables
     for gram, count in order.items():
-        if not isinstance(gram, str) or int(count) != count or count < 1:
-            raise ValueError(f"document_frequency[{k}]: {gram!r} -> {count!r} is not a count >= 1")
-        table[gram] = int(count)
+        words = tuple(map(intern, gram.split() if isinstance(gram, str) else gram))
+        if len(words) != k + 1 or int(count) != count or count < 1:
+            raise ValueError(
+                f"document_frequency[{k}]: {gram!r} -> {count!r} is not a {k + 1}-gram count >= 1"
+            )
+        table[words] = int(count)
     return table
 
 
@@ -86,7 +93,7 @@ class CiderD:
 
     def __init__(
         self,
-        document_frequency: Sequence[Mapping[str, float]],
+        document_frequency: Sequence[Mapping[str | Gram, float]],
         num_images: int,
         *,
         sigma: float = 6.0,
@@ -102,13 +109,15 @@ class CiderD:
         self.sigma = float(sigma)
         self.num_images = int(num_images)
         self.ref_len = math.log(float(self.num_images))
-        self._df: list[dict[str, int]] = [
+        self._df: list[dict[Gram, int]] = [
             _int_counts(order, k) for k, order in enumerate(document_frequency)
         ]
         if any(count > self.num_images for order in self._df for count in order.values()):
             raise ValueError("a document frequency exceeds num_images")
-        # log(max(1, df)) for every possible df, so scoring does table look-ups, not logs
-        self._log_df = [0.0] + [math.log(float(count)) for count in range(1, self.num_images + 1)]
+        # idf = ref_len - log(max(1, df)) for every possible df: scoring does look-ups, not logs
+        self._idf = [self.ref_len] + [
+            self.ref_len - math.log(float(count)) for count in range(1, self.num_images + 1)
+        ]
         self._penalty_scale = 2.0 * self.sigma**2
         self._cache: OrderedDict[tuple[str, ...], _References] = OrderedDict()
         self.cache_size = int(cache_size)
@@ -126,13 +135,13 @@ class CiderD:
         """df(g) = number of images whose pooled (normalised) references contain n-gram g."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        df: list[dict[str, float]] = [{} for _ in range(n)]
+        df: list[dict[Gram, int]] = [{} for _ in range(n)]
         for image_id, captions in refs.items():
             if isinstance(captions, str) or len(captions) == 0:
                 raise ValueError(
                     f"references of image {image_id!r} must be a non-empty list of str"
                 )
-            seen: list[set[str]] = [set() for _ in range(n)]
+            seen: list[set[Gram]] = [set() for _ in range(n)]
             for caption in captions:
                 for k, order in enumerate(_ngram_counts(normalize_caption(caption), n)):
                     seen[k].update(order)
@@ -154,7 +163,7 @@ class CiderD:
             "sigma": self.sigma,
             "num_images": self.num_images,
             "document_frequency": [
-                {gram: int(count) for gram, count in order.items()} for order in self._df
+                {" ".join(gram): count for gram, count in order.items()} for order in self._df
             ],
         }
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -211,22 +220,15 @@ class CiderD:
     # ------------------------------------------------------------------ vectors
     def _vector(self, caption: str) -> _Vector:
         """tf-idf weights per order, their L2 norms, and pycocoevalcap's "length" (bigram count)."""
-        ref_len = self.ref_len
-        log_df = self._log_df
-        vecs: list[dict[str, float]] = []
+        idf = self._idf.__getitem__
+        vecs: list[dict[Gram, float]] = []
         norms: list[float] = []
         counts_per_order = _ngram_counts(caption, self.n)
         for counts, df in zip(counts_per_order, self._df):
-            df_get = df.get
-            vec = {}
-            sq = 0.0
-            for gram, tf in counts.items():
-                # idf = ref_len - log(max(1, df)): unseen n-grams get the full ref_len
-                weight = float(tf) * (ref_len - log_df[df_get(gram, 0)])
-                vec[gram] = weight
-                sq += weight * weight
-            vecs.append(vec)
-            norms.append(math.sqrt(sq))
+            # tf * (ref_len - log(max(1, df))), looked up for all n-grams of the order in C loops
+            weights = list(map(mul, counts.values(), map(idf, map(df.get, counts, repeat(0)))))
+            vecs.append(dict(zip(counts, weights)))
+            norms.append(math.sqrt(sum(map(mul, weights, weights))))
         # pycocoevalcap counts bigram occurrences as the length (words - 1; 0 when n == 1).
         length = sum(counts_per_order[1].values()) if self.n >= 2 else 0
         return vecs, norms, length
@@ -239,7 +241,7 @@ class CiderD:
             return cached
         if len(key) == 0:
             raise ValueError("refs must hold at least one reference caption")
-        index: list[dict[str, list[tuple[int, float, float]]]] = [{} for _ in range(self.n)]
+        index: list[dict[Gram, list[tuple[int, float, float]]]] = [{} for _ in range(self.n)]
         lengths = []
         for r, ref in enumerate(key):
             vecs, norms, length = self._vector(normalize_caption(ref))
