@@ -299,7 +299,8 @@ def _write_chair_ground_truth(
         )
         return {}
     try:
-        scorer = ChairScorer.from_coco(annotations_dir, use_cache=False)
+        # chair_server's own cache: a CHAIR service started on the same folder reuses the parse
+        scorer = ChairScorer.from_coco(annotations_dir)
     except (FileNotFoundError, ValueError) as error:
         warnings.append(f"CHAIR ground truth not built: {error}")
         return {}

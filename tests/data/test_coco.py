@@ -17,7 +17,8 @@ def rows(path):
     return pq.read_table(path).to_pylist()
 
 
-def test_prepare_coco_without_karpathy(coco_dirs, tmp_path):
+def test_prepare_coco_without_karpathy(coco_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAIR_CACHE_DIR", str(tmp_path / "chair_cache"))
     ann, img = coco_dirs
     out = tmp_path / "out"
     summary = prepare_coco(ann, img, out, val_size=3, test_size=2)
@@ -134,7 +135,8 @@ def test_missing_and_malformed_inputs(tmp_path, coco_dirs):
         prepare_coco(ann, img, tmp_path / "out")
 
 
-def test_cli_prepare_coco_and_fc(coco_dirs, xlam_file, tmp_path, capsys):
+def test_cli_prepare_coco_and_fc(coco_dirs, xlam_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CHAIR_CACHE_DIR", str(tmp_path / "chair_cache"))
     ann, img = coco_dirs
     code = main(
         [
