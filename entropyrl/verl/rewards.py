@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -157,7 +156,9 @@ def caption_batcher(
                 chair_url,
                 timeout=chair_timeout,
                 retries=chair_retries,
-                token=os.environ.get(CHAIR_TOKEN_ENV) or None,
+                token=os.environ.get(CHAIR_TOKEN_ENV)
+                or os.environ.get("CHAIR_SERVER_TOKEN")
+                or None,
                 max_batch=max_batch,
                 strict=False,
             )
@@ -191,7 +192,8 @@ async def caption_score(
     """Caption reward for one rollout (see module docstring); settings come from `reward_kwargs`.
 
     cider_df: the document-frequency file of `entropyrl prepare coco` (required).
-    chair_url: the CHAIR service (`$ENTROPYRL_CHAIR_URL` when unset; none: CIDEr-D only).
+    chair_url: the CHAIR service (`$ENTROPYRL_CHAIR_URL` when unset; none: CIDEr-D only). Its
+        bearer token comes from `$ENTROPYRL_CHAIR_TOKEN` or the server's `$CHAIR_SERVER_TOKEN`.
     """
     del data_source, extra_info
     if not cider_df:
@@ -226,8 +228,3 @@ def function_calling_score(
 
     score = float(compute_score(solution_str, ground_truth, extra_info))
     return {"score": score, "acc": score}
-
-
-def is_nan(value: Any) -> bool:
-    """True for None or a float NaN (CHAIR unavailable for that sample)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
