@@ -64,6 +64,11 @@ class CaptionRewardResult:
         return out
 
 
+def _plain(image_id: Any) -> Any:
+    """numpy scalars -> Python (JSON) values; COCO ids stay ints, other ids stay strings."""
+    return image_id.item() if isinstance(image_id, np.generic) else image_id
+
+
 def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else 0.0
 
@@ -122,7 +127,7 @@ class CaptionReward:
         chair_ok = np.zeros(batch, dtype=bool)
         if self.chair_client is not None and batch:
             items = [
-                {"image_id": int(image_id), "caption": caption}
+                {"image_id": _plain(image_id), "caption": caption}
                 for image_id, caption in zip(image_ids, captions)
             ]
             entries = self.chair_client.score(items)  # exactly one call per reward batch

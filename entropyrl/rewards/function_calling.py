@@ -174,6 +174,8 @@ def normalize_ground_truth(ground_truth: Any) -> list[tuple[str, str, Any]]:
             ground_truth = _strict_json(ground_truth)
         except ValueError as error:
             raise ValueError(f"ground_truth: invalid JSON ({error})") from None
+    if hasattr(ground_truth, "tolist"):  # a numpy array, as parquet list columns arrive
+        ground_truth = ground_truth.tolist()
     if isinstance(ground_truth, Mapping):
         ground_truth = [ground_truth]
     if not isinstance(ground_truth, Sequence) or isinstance(ground_truth, str):

@@ -54,8 +54,9 @@ def test_formula_fallback_and_metrics(cider):
     scorer = RecordingScorer(entries)
     assert isinstance(scorer, ChairScorerLike)
     reward = CaptionReward(cider, scorer, chair_weight=2.0, recall_weight=0.5)
-    result = reward(CAPTIONS, IMAGE_IDS, refs)
+    result = reward(CAPTIONS, np.array(IMAGE_IDS), refs)
     assert len(scorer.calls) == 1
+    assert all(type(item["image_id"]) is int for item in scorer.calls[0])
     assert scorer.calls[0] == [{"image_id": i, "caption": c} for i, c in zip(IMAGE_IDS, CAPTIONS)]
     expected_cider = cider.score_batch(CAPTIONS, refs)
     np.testing.assert_array_equal(result.cider, expected_cider)

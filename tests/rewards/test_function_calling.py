@@ -234,3 +234,11 @@ def test_tags_survive_qwen_decoding():
     decoded = tokenizer.decode(ids, skip_special_tokens=True)
     assert decoded == text
     assert compute_score(decoded, WEATHER_TRUTH) == 1.0
+
+
+def test_ground_truth_as_numpy_array():
+    """verl hands parquet list columns over as numpy object arrays."""
+    import numpy as np
+
+    truth = np.array(WEATHER_TRUTH, dtype=object)
+    assert compute_score(response(call("get_weather", city="Paris", days=3)), truth) == 1.0
