@@ -57,6 +57,10 @@ def _json_body() -> object:
 def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> Flask:
     """The WSGI app: ``POST /v1/chair``, ``POST /computeCaption``, ``GET /health``, ``GET /v1/info``.
 
+    ``POST /v1/chair`` takes ``{"captions": [{"image_id", "caption"}...], "include_captions":
+    true}``; with ``include_captions: false`` the sentences leave out the caption text (the
+    caller has it; this halves the answer).
+
     Errors are JSON ``{"error": "..."}``: 400 for malformed JSON or bad fields (named), 401
     without the bearer token (when one is set; /health stays open for launchers), 413 for a
     body over ``max_body_mb`` or more than ``max_batch`` captions.
@@ -129,9 +133,15 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
             max_body_bytes=settings.max_body_bytes,
         )
 
-    def _score(items: list[Mapping[str, Any]]) -> Response:
+    def _score(items: list[Mapping[str, Any]], include_captions: bool = True) -> Response:
         g.count = len(items)
-        return jsonify(scorer.score(items))
+        result = scorer.score(items)
+        if not include_captions:
+            for sentence in result["sentences"]:
+                del sentence["caption"]
+        # compact separators: the answer to a 500-caption batch is a few hundred KB
+        body = json.dumps(result, separators=(",", ":"))
+        return Response(body, status=200, mimetype="application/json")
 
     @app.post("/v1/chair")
     def chair() -> Response:
@@ -140,7 +150,11 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
             raise BadRequest('body must be an object {"captions": [...]}')
         if "captions" not in body:
             raise BadRequest("captions is missing")
-        return _score(_validate_items(body["captions"], "captions", settings.max_batch))
+        include = body.get("include_captions", True)
+        if not isinstance(include, bool):
+            raise BadRequest("include_captions must be a boolean")
+        items = _validate_items(body["captions"], "captions", settings.max_batch)
+        return _score(items, include)
 
     @app.post("/computeCaption")
     def compute_caption() -> Response:

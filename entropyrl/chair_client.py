@@ -7,7 +7,9 @@ then uses its documented fallback), unless ``strict=True``, where it raises Chai
 
 What ``score`` returns per sample, and how to tell the cases apart:
 
-- a dict with ``"metrics"`` (``CHAIRs``, ``CHAIRi``, ``Recall``, ``mentions``, ...): scored;
+- a dict with ``"metrics"`` (``CHAIRs``, ``CHAIRi``, ``Recall``, ``mentions``, ...) and
+  ``image_id``, ``mentioned``, ``hallucinated``, ``no_mentions`` (the caption text itself is not
+  sent back): scored;
 - a dict with ``"error"`` (and no ``"metrics"``): the service answered but could not score this
   caption, e.g. an unknown image id; counted in ``chair/error_samples``;
 - ``None``: the service could not be reached or answered badly; counted in
@@ -141,7 +143,9 @@ class ChairClient:
             raise _Retryable(f"malformed JSON answer: {exc}") from exc
 
     def _score_chunk(self, chunk: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
-        payload = json.dumps({"captions": chunk}).encode()
+        # the caller already holds the captions: the service need not send them back
+        body = {"captions": chunk, "include_captions": False}
+        payload = json.dumps(body, separators=(",", ":")).encode()
         attempt = 0
         while True:
             remaining = deadline - time.monotonic()
