@@ -57,7 +57,7 @@ trap 'exit 143' TERM
 
 if er_dry_run; then
   echo "$(er_print_cmd "${chair_cmd[@]}") &"
-  chair_url='http://127.0.0.1:<port from the ready file>'
+  chair_url='http://127.0.0.1:PORT'  # the real port comes from the ready file
 else
   "${chair_cmd[@]}" >"$workdir/chair.log" 2>&1 &
   chair_pid=$!

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GRPO vs EGPO on function calling: merge each run's last verl checkpoint into a Hugging Face
+# model (verl's model merger), generate greedily on the test split and on every BFCL category,
+# score with the strict reward used in training, and write a markdown comparison table.
+#
+# usage: bash examples/eval_function_calling.sh [--dry-run]
+#
+# environment:
+#   CKPT_ROOT     verl checkpoint root (default ./checkpoints/entropyrl_function_calling, where
+#                 verl writes when training ran from this folder)
+#   RUNS          runs to compare (default "grpo egpo"): $CKPT_ROOT/<run>_function_calling
+#   DATA_DIR      output of `entropyrl prepare fc` (default data/fc): test.parquet
+#   BFCL_DIR      optional folder of BFCL category parquets (`entropyrl prepare fc --format bfcl
+#                 --data-source bfcl_<category>`, one <category>/test.parquet or *.parquet each)
+#   OUT_DIR       results (default eval/function_calling): merged models, generations, table.md
+#   MAX_NEW_TOKENS, TP  generation length (default 8192) and tensor-parallel size (default 1)
+#   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+er_parse_args "$@"
+[ "${#ER_ARGS[@]}" -eq 0 ] || er_fail "unexpected arguments: ${ER_ARGS[*]}"
+
+CKPT_ROOT="${CKPT_ROOT:-$PWD/checkpoints/entropyrl_function_calling}"
+RUNS="${RUNS:-grpo egpo}"
+DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
+OUT_DIR="${OUT_DIR:-$ER_ROOT/eval/function_calling}"
+MAX_NEW_TOKENS="${MAX_NEW_TOKENS:-8192}"
+TP="${TP:-1}"
+
+er_require_gpu
+er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
+
+# Evaluation sets: the held-out split, then each BFCL category.
+eval_sets=("test=$DATA_DIR/test.parquet")
+if [ -n "${BFCL_DIR:-}" ]; then
+  [ -d "$BFCL_DIR" ] || er_fail "BFCL_DIR=$BFCL_DIR is not a folder"
+  shopt -s nullglob
+  for parquet in "$BFCL_DIR"/*.parquet "$BFCL_DIR"/*/test.parquet; do
+    name="$(basename "$parquet" .parquet)"
+    [ "$name" = "test" ] && name="$(basename "$(dirname "$parquet")")"
+    eval_sets+=("$name=$parquet")
+  done
+  shopt -u nullglob
+fi
+
+# The last global_step_N of a run (N compared numerically).
+latest_step() {
+  local dir="$1/$2_function_calling" best="" step
+  for step in "$dir"/global_step_*; do
+    [ -d "$step" ] || continue
+    if [ -z "$best" ] || [ "${step##*_}" -gt "${best##*_}" ]; then best="$step"; fi
+  done
+  echo "$best"
+}
+
+results=()
+for run in $RUNS; do
+  step="$(latest_step "$CKPT_ROOT" "$run")"
+  if [ -z "$step" ]; then
+    er_fail "no checkpoint under $CKPT_ROOT/${run}_function_calling (train with examples/${run}_function_calling.sh, trainer.save_freq > 0)"
+    step="$CKPT_ROOT/${run}_function_calling/global_step_N"
+  fi
+  model="$OUT_DIR/$run/hf"
+  er_run "$ER_PYTHON" -m verl.model_merger merge --backend fsdp --local_dir "$step/actor" --target_dir "$model"
+  generations=()
+  for entry in "${eval_sets[@]}"; do
+    name="${entry%%=*}"
+    er_run "$ER_PYTHON" -m entropyrl.verl.evaluate generate --model "$model" --data "${entry#*=}" \
+      --out "$OUT_DIR/$run/$name.jsonl" --max-new-tokens "$MAX_NEW_TOKENS" --tensor-parallel-size "$TP"
+    generations+=("$OUT_DIR/$run/$name.jsonl")
+  done
+  er_run "$ER_PYTHON" -m entropyrl.verl.evaluate score --name "$run" \
+    --generations "${generations[@]}" --out "$OUT_DIR/$run/result.json"
+  results+=(--result "${run^^}=$OUT_DIR/$run/result.json")
+done
+er_run "$ER_PYTHON" -m entropyrl.verl.evaluate table "${results[@]}" --out "$OUT_DIR/table.md"
