@@ -139,6 +139,9 @@ def load_coco(
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
         json.dump(to_json(objects), tmp)
     os.replace(tmp.name, path)  # atomic: concurrent starts never read half a file
+    for stale in path.parent.glob(path.name.rsplit("-", 1)[0] + "-*.json"):
+        if stale != path:  # an older state of the same folder
+            stale.unlink(missing_ok=True)
     return objects, False
 
 

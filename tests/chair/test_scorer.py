@@ -59,6 +59,7 @@ def test_cache_used_and_invalidated(coco_dir, tmp_path, monkeypatch) -> None:
     third = ChairScorer.from_coco(coco_dir, cache_dir=cache)
     assert not third.loaded_from_cache
     assert third.ground_truth()[1004] == ["clock"]
+    assert len(list(cache.iterdir())) == 1  # the stale cache of this folder is gone
 
 
 def test_ground_truth_mapping_validation() -> None:
