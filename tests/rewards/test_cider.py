@@ -188,3 +188,68 @@ def test_package_exports():
     assert rewards.CiderD is CiderD and rewards.normalize_caption is normalize_caption
     with pytest.raises(AttributeError, match="nope"):
         rewards.nope  # noqa: B018
+
+
+def plain_cider_d(candidate: str, refs: list[str], df: dict, num_images: int, n=4, sigma=6.0):
+    """CIDEr-D written out directly from the paper's formulas, with a given df table."""
+    import math
+
+    def vector(text):
+        words = text.split()
+        vec = [{} for _ in range(n)]
+        for k in range(1, n + 1):
+            for i in range(len(words) - k + 1):
+                gram = tuple(words[i : i + k])
+                vec[k - 1][gram] = vec[k - 1].get(gram, 0) + 1
+        ref_len = math.log(num_images)
+        weights = [
+            {g: tf * (ref_len - math.log(max(1.0, df.get(g, 0)))) for g, tf in order.items()}
+            for order in vec
+        ]
+        norms = [math.sqrt(sum(w * w for w in order.values())) for order in weights]
+        length = max(len(words) - 1, 0) if n >= 2 else 0
+        return weights, norms, length
+
+    cw, cn, cl = vector(candidate)
+    total = 0.0
+    for ref in refs:
+        rw, rn, rl = vector(ref)
+        penalty = math.exp(-((cl - rl) ** 2) / (2 * sigma**2))
+        for k in range(n):
+            val = sum(min(w, rw[k].get(g, 0.0)) * rw[k].get(g, 0.0) for g, w in cw[k].items())
+            if cn[k] and rn[k]:
+                val /= cn[k] * rn[k]
+            total += val * penalty
+    return total / n / len(refs) * 10.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_grpo_batches_match_a_plain_implementation(n):
+    """Corpus df, repeated reference tuples, unseen words and references outside the corpus."""
+    rng = random.Random(20 + n)
+    corpus, _ = random_corpus(rng, images=30, vocab=15, max_len=10)
+    cider = CiderD.from_references(corpus, n=n)
+    df = {}
+    for refs in corpus.values():
+        for gram in {
+            tuple(r.split()[i : i + k])
+            for r in refs
+            for k in range(1, n + 1)
+            for i in range(len(r.split()) - k + 1)
+        }:
+            df[gram] = df.get(gram, 0) + 1
+    held_out = ["w1 w2 unseen w3", "unseen words only"]
+    cands, refs_list = [], []
+    for image in [0, 3, 3, 7]:
+        for _ in range(4):
+            words = corpus[image][0].split()
+            words[rng.randrange(len(words))] = rng.choice(["w0", "w5", "zzz"])
+            cands.append(" ".join(words))
+            refs_list.append(corpus[image])
+    cands += ["w1 w2 unseen", ""]
+    refs_list += [held_out, held_out]
+    got = cider.score_batch(cands, refs_list)
+    expected = [plain_cider_d(c, r, df, 30, n=n) for c, r in zip(cands, refs_list)]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+    singles = [cider.score(c, r) for c, r in zip(cands, refs_list)]
+    np.testing.assert_allclose(got, singles, rtol=0, atol=1e-12)
