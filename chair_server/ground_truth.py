@@ -152,7 +152,7 @@ def parse_mapping(mapping: Mapping[object, object], extractor: MentionExtractor)
     out: GroundTruth = {}
     for key, names in mapping.items():
         image_id = normalize_image_id(key, field="ground truth key")
-        if not isinstance(names, list | tuple | set | frozenset) or isinstance(names, str):
+        if not isinstance(names, list | tuple | set | frozenset):
             raise ValueError(f"ground truth for image {key!r} must be a list of category names")
         out[image_id] = frozenset(_category_name(n, extractor, f"image {key!r}") for n in names)
     return out

@@ -18,6 +18,7 @@ What ``score`` returns per sample, and how to tell the cases apart:
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -67,6 +68,8 @@ class ChairClient:
         strict: bool = False,
         total_timeout: float | None = None,
     ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {url!r}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if retries < 0 or timeout <= 0 or backoff < 0:
@@ -135,7 +138,8 @@ class ChairClient:
             if exc.code >= 500:
                 raise _Retryable(f"HTTP {exc.code}: {detail}") from exc
             raise _Fatal(f"HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # refused/reset connections, time-outs, truncated answers: all worth a retry
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         try:
             return json.loads(body)
@@ -211,7 +215,7 @@ class ChairClient:
                 timeout=timeout or self.timeout,
             ) as response:
                 return response.status == 200
-        except (urllib.error.URLError, OSError, TimeoutError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
             return False
 
     def wait_until_healthy(self, timeout: float = 30.0) -> bool:

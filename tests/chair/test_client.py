@@ -116,6 +116,35 @@ def test_chunking_one_request_per_chunk(chair_server_url, session_gt_file, sampl
     assert not ChairClient.is_scored(None)
 
 
+def test_bad_settings() -> None:
+    with pytest.raises(ValueError, match="http://"):
+        ChairClient("localhost:5000")
+    with pytest.raises(ValueError, match="max_batch"):
+        ChairClient("http://127.0.0.1:9", max_batch=0)
+
+
+def test_truncated_answer_is_retried() -> None:
+    """A server that closes the connection mid-answer: retried, then None (never an exception)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        def serve() -> None:
+            for _ in range(2):
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"sent')
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        client = ChairClient(url, timeout=5.0, retries=1, backoff=0.01)
+        assert client.score(ITEMS) == [None] * 5
+        assert client.stats["requests"] == 2 and client.stats["failures"] == 1
+        thread.join(5)
+
+
 def test_bad_items_raise_naming_the_field() -> None:
     client = ChairClient("http://127.0.0.1:9")
     with pytest.raises(ValueError, match=r"items\[1\].caption is missing"):
