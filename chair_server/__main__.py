@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         ident="chair_server",
     )
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    url = f"http://{host}:{server.effective_port}"
+    # a host name that resolves to several addresses gives one socket each (MultiSocketServer)
+    port = getattr(server, "effective_port", None) or server.effective_listen[0][1]
+    url = f"http://{host}:{port}"
 
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
