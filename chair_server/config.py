@@ -32,7 +32,7 @@ class ServerSettings:
     )
     port: int = field(
         default=5000,
-        metadata=_help("TCP port (default 5000, the port EntropyRL used); 0 picks a free port"),
+        metadata=_help("TCP port (default 5000); 0 picks a free port (see --ready-file)"),
     )
     workers: int = field(
         default=4,

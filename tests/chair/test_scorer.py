@@ -137,3 +137,10 @@ def test_corpus_metrics_are_micro_averages(gt_file) -> None:
 def test_score_rejects_bad_items(gt_file, items, message) -> None:
     with pytest.raises(ValueError, match=message):
         ChairScorer.from_ground_truth(gt_file).score(items)
+
+
+def test_default_cache_dir_from_environment(coco_dir, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CHAIR_CACHE_DIR", str(tmp_path / "env-cache"))
+    ChairScorer.from_coco(coco_dir)
+    assert ChairScorer.from_coco(coco_dir).loaded_from_cache
+    assert len(list((tmp_path / "env-cache").glob("gt-*.json"))) == 1
