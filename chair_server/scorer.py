@@ -91,6 +91,10 @@ class ChairScorer:
     def score_one(self, image_id: object, caption: str) -> dict[str, Any]:
         """One caption's entry: mentions, hallucinations and per-caption metrics.
 
+        ``mentioned``: the category of every mention in caption order (repeats included, so its
+        length is ``metrics.mentions``); ``hallucinated``: ``[word, category]`` of each mention
+        whose category is not in the image's ground truth.
+
         Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics.
         """
         try:
