@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser, DemoConfig)
     parser.set_defaults(out="runs/acceptance")
     cfg = config_from_args(parser.parse_args(argv), DemoConfig)
+    from entropyrl.local.demo import _exit_on_sigterm
+
+    _exit_on_sigterm()
     run_acceptance(cfg)
     return 0
 

@@ -73,6 +73,7 @@ class DemoConfig:
     noise_rate: float = _f(
         0.5, "share of warm-up captions that also name an absent partner object (issue 6: 0.5)"
     )
+    max_objects: int = _f(3, "objects per image are 1..N, N <= 3 (env: 1-3)")
     tokenizer_ranks: int = _f(8192, "keep the first N Qwen BPE ranks (env: 8k, ~10x faster)")
 
     # tiny model

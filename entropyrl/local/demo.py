@@ -110,8 +110,19 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     return summary
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the CHAIR service subprocess is stopped, not orphaned."""
+    import contextlib
+    import signal
+    import sys
+
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main(cfg: DemoConfig) -> int:
     """Entry point of `entropyrl demo`."""
+    _exit_on_sigterm()
     if cfg.acceptance:
         from entropyrl.local.acceptance import run_acceptance
 

@@ -229,6 +229,7 @@ class CaptionSession:
             num_test=cfg.num_test,
             image_size=cfg.image_size,
             noise_rate=cfg.noise_rate,
+            max_objects=cfg.max_objects,
             seed=self.seed,
         )
         if cfg.model:

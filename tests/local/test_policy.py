@@ -1,0 +1,210 @@
+"""Rollout helpers, the tiny models and the advantage routing of the local runner."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+
+from entropyrl.local.policy import (
+    expand_prompts,
+    forbidden_token_ids,
+    generate,
+    response_log_probs,
+    response_mask,
+    select_rows,
+)
+
+
+def test_response_mask_keeps_up_to_the_first_eos():
+    eos = 7
+    responses = torch.tensor([[1, 2, 7, 3, 7], [7, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert response_mask(responses, eos).tolist() == [
+        [1, 1, 1, 0, 0],
+        [1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1],
+    ]
+
+
+def test_expand_and_select_move_each_image_block_with_its_row():
+    grid = torch.tensor([[1, 2, 2], [1, 2, 4]])  # 4 and 8 patches
+    pixels = torch.cat([torch.zeros(4, 3), torch.ones(8, 3)])
+    batch = {
+        "input_ids": torch.tensor([[5, 6], [8, 9]]),
+        "pixel_values": pixels,
+        "image_grid_thw": grid,
+    }
+    big = expand_prompts(batch, 3)
+    assert big["input_ids"][:, 0].tolist() == [5, 5, 5, 8, 8, 8]
+    assert big["pixel_values"].shape == (3 * 4 + 3 * 8, 3)
+    assert big["pixel_values"][:12].sum() == 0 and big["pixel_values"][12:].min() == 1
+    picked = select_rows(big, torch.tensor([4, 0]))
+    assert picked["input_ids"][:, 0].tolist() == [8, 5]
+    assert picked["pixel_values"].shape == (12, 3)
+    assert picked["pixel_values"][:8].min() == 1 and picked["pixel_values"][8:].max() == 0
+    assert picked["image_grid_thw"].tolist() == [[1, 2, 4], [1, 2, 2]]
+
+
+@pytest.fixture(scope="module")
+def vlm(small_tokenizer):
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2vl
+    from entropyrl.local.tokenizer import build_qwen2vl_processor
+
+    model = build_tiny_qwen2vl(small_tokenizer, TinyModelConfig(hidden_size=64), seed=0)
+    processor = build_qwen2vl_processor(small_tokenizer, image_size=56)
+    return model, processor
+
+
+def _prompts(tokenizer, processor, n_images):
+    from PIL import Image
+
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    images = [Image.new("RGB", (56, 56), c) for c in ("red", "blue", "green")[:n_images]]
+    return dict(processor(images=images, text=[text] * n_images, return_tensors="pt"))
+
+
+def test_sampling_never_emits_forbidden_specials_and_log_probs_match_a_plain_forward(
+    small_tokenizer, vlm
+):
+    model, processor = vlm
+    torch.manual_seed(0)
+    prompts = expand_prompts(_prompts(small_tokenizer, processor, 2), 4)
+    forbidden = forbidden_token_ids(small_tokenizer)
+    assert small_tokenizer.eos_token_id not in forbidden
+    assert small_tokenizer.convert_tokens_to_ids("<|image_pad|>") in forbidden
+    responses, mask = generate(
+        model, prompts, eos_id=small_tokenizer.eos_token_id, pad_id=small_tokenizer.pad_token_id,
+        max_new_tokens=12, temperature=1.0, suppress=forbidden,
+    )  # fmt: skip
+    assert responses.shape[0] == 8
+    assert not torch.isin(responses[mask.bool()], torch.tensor(forbidden)).any()
+    temperature = 0.7
+    log_prob, entropy = response_log_probs(
+        model, prompts, responses, mask, temperature=temperature, with_entropy=True
+    )
+    # Reference: one full forward, logits of the positions before each response token.
+    full_ids = torch.cat([prompts["input_ids"], responses], 1)
+    with torch.no_grad():
+        logits = model(
+            input_ids=full_ids,
+            attention_mask=torch.cat([prompts["attention_mask"], mask], 1),
+            mm_token_type_ids=torch.cat(
+                [prompts["mm_token_type_ids"], torch.zeros_like(responses)], 1
+            ),
+            pixel_values=prompts["pixel_values"],
+            image_grid_thw=prompts["image_grid_thw"],
+        ).logits
+    p = prompts["input_ids"].shape[1]
+    ref_logits = logits[:, p - 1 : -1].double() / temperature
+    ref_lp = torch.log_softmax(ref_logits, -1).gather(-1, responses[..., None])[..., 0]
+    probs = torch.softmax(ref_logits, -1)
+    ref_entropy = -(probs * torch.log(probs)).sum(-1)
+    keep = mask.bool()
+    assert torch.allclose(log_prob[keep].double(), ref_lp[keep], atol=1e-4)
+    assert torch.allclose(entropy[keep].double(), ref_entropy[keep], atol=1e-4)
+
+
+def test_text_model_log_probs_ignore_left_padding(small_tokenizer):
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
+
+    model = build_tiny_qwen2(small_tokenizer, TinyModelConfig(hidden_size=64), seed=1)
+    pad = small_tokenizer.pad_token_id
+    ids = small_tokenizer.encode("hello there, set a timer")
+    response = torch.tensor([small_tokenizer.encode(" ok")])
+    mask = torch.ones_like(response)
+    plain = {
+        "input_ids": torch.tensor([ids]),
+        "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+    }
+    padded = {
+        "input_ids": torch.tensor([[pad, pad, *ids]]),
+        "attention_mask": torch.tensor([[0, 0] + [1] * len(ids)]),
+    }
+    with torch.no_grad():
+        a, _ = response_log_probs(model, plain, response, mask)
+        b, _ = response_log_probs(model, padded, response, mask)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_advantage_routing_uses_the_core_estimators():
+    from entropyrl.advantages import egpo_bonus_advantage, grpo_advantage
+    from entropyrl.local.rl import RLSettings, compute_advantages, per_sample_clip_high
+
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0])
+    group = torch.tensor([0, 0, 1, 1, 2, 2])
+    entropy = torch.rand(6, 5, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(6, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    adv, _ = compute_advantages(RLSettings(adv="grpo"), scores, group, entropy, mask)
+    assert torch.equal(adv, grpo_advantage(scores, group))
+    adv, _ = compute_advantages(
+        RLSettings(adv="egpo", egpo_lambda=0.3), scores, group, entropy, mask
+    )
+    h = (entropy * mask).sum(1) / mask.sum(1)
+    expected, _ = egpo_bonus_advantage(scores, h, group, lam=0.3, alpha=2.0)
+    assert torch.allclose(adv, expected)
+    token, _ = compute_advantages(RLSettings(adv="entropy_adv"), scores, group, entropy, mask)
+    assert token.shape == (6, 5)
+    with pytest.raises(ValueError, match="maxent_grpo"):
+        compute_advantages(RLSettings(adv="maxent_grpo"), scores, group, entropy, mask)
+    bounds = per_sample_clip_high(RLSettings(clip_schedule="step"), np.array([0.0, 0.5, np.nan]), 3)
+    assert bounds.tolist() == pytest.approx([0.3, 0.5, 0.3])
+    assert per_sample_clip_high(RLSettings(clip_schedule="off"), None, 2).tolist() == pytest.approx(
+        [0.28] * 2
+    )
+
+
+def test_demo_options_mirror_the_config_and_reject_bad_values():
+    from entropyrl.local.cli import register
+    from entropyrl.local.config import DemoConfig, config_from_args
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        [
+            "demo",
+            "--steps",
+            "3",
+            "--adv",
+            "egpo_ratio",
+            "--compare",
+            "grpo,egpo+clip",
+            "--no-progress",
+        ]
+    )
+    cfg = config_from_args(args, DemoConfig)
+    assert (cfg.steps, cfg.adv, cfg.progress) == (3, "egpo_ratio", False)
+    assert cfg.variants() == ["grpo", "egpo+clip"]
+    assert DemoConfig(clip_schedule="off", adv="grpo").variants() == ["grpo"]
+    with pytest.raises(ValueError, match="compare"):
+        DemoConfig(compare="grpo,ppo")
+    with pytest.raises(ValueError, match="noise_rate"):
+        DemoConfig(noise_rate=2.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--adv", "nope"])
+
+
+def test_function_calling_queries_and_reference_answers(small_tokenizer):
+    from entropyrl.local.function_calling import FunctionCallingTask, make_queries
+    from entropyrl.rewards.function_calling import compute_score
+
+    queries = make_queries(30, seed=0)
+    assert queries == make_queries(30, seed=0)
+    assert {q.name for q in queries} == {"get_weather", "convert_currency", "set_timer"}
+    for q in queries:
+        assert compute_score(q.answer(), q.ground_truth()) == 1.0
+    task = FunctionCallingTask(small_tokenizer, queries[:20], queries[20:])
+    # The tags survive decoding with special tokens skipped.
+    ids = small_tokenizer.encode(queries[0].answer())
+    assert small_tokenizer.decode(ids, skip_special_tokens=True) == queries[0].answer()
+    out = task.reward([queries[0].answer(), "no call"], [0, 0])
+    assert out.scores.tolist() == [1.0, 0.0]
+    prompts = task.prompts([0, 1, 2])
+    assert (prompts["attention_mask"].sum(1) > 0).all()
+    assert (prompts["input_ids"][:, -1] == prompts["input_ids"][0, -1]).all()  # left padded
