@@ -29,7 +29,7 @@ import math
 import os
 import sys
 import tempfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,30 +81,20 @@ def _ngrams(words: list[str], k: int) -> Iterable[Gram]:
     return zip(*[words[i:] for i in range(k)])
 
 
-def _ngram_counts(caption: str, n: int) -> list[dict[Gram, int]]:
-    """Per order k = 1..n, the counts of the caption's k-grams (tuples of k words)."""
-    words = caption.split()
-    counts: list[dict[Gram, int]] = []
-    for k in range(1, n + 1):
-        order: dict[Gram, int] = {}
-        for gram in _ngrams(words, k):
-            order[gram] = order.get(gram, 0) + 1
-        counts.append(order)
-    return counts
-
-
 def _int_counts(order: Mapping[str | Gram, float], k: int) -> dict[Gram, int]:
     """df table of order k+1 keyed by word tuples (space-joined strings are split)."""
-    table: dict[Gram, int] = {}
-    intern = sys.intern  # one str object per distinct word across all tables
-    for gram, count in order.items():
-        words = tuple(map(intern, gram.split() if isinstance(gram, str) else gram))
-        if len(words) != k + 1 or int(count) != count or count < 1:
-            raise ValueError(
-                f"document_frequency[{k}]: {gram!r} -> {count!r} is not a {k + 1}-gram count >= 1"
-            )
-        table[words] = int(count)
-    return table
+    grams = list(order)
+    if not all(type(gram) is tuple for gram in grams):
+        intern = sys.intern  # one str object per distinct word across all tables
+        grams = [
+            tuple(map(intern, gram.split())) if isinstance(gram, str) else tuple(gram)
+            for gram in grams
+        ]
+    counts = np.asarray(list(order.values()), dtype=np.float64)
+    bad_length = grams and set(map(len, grams)) != {k + 1}
+    if bad_length or bool(np.any((counts < 1) | (counts != np.floor(counts)))):
+        raise ValueError(f"document_frequency[{k}] must map {k + 1}-grams to counts >= 1")
+    return dict(zip(grams, counts.astype(np.int64).tolist()))
 
 
 def _runs(sorted_values: np.ndarray, *more: np.ndarray) -> np.ndarray:
@@ -154,8 +144,6 @@ class CiderD:
         self._df: list[dict[Gram, int]] = [
             _int_counts(order, k) for k, order in enumerate(document_frequency)
         ]
-        if any(count > self.num_images for order in self._df for count in order.values()):
-            raise ValueError("a document frequency exceeds num_images")
         # idf = ref_len - log(max(1, df)) for every possible df: scoring does look-ups, not logs
         self._idf = np.array(
             [self.ref_len]
@@ -172,6 +160,8 @@ class CiderD:
                 raise ValueError(
                     "two n-grams share a 64-bit hash; rebuild with another PYTHONHASHSEED"
                 )
+            if len(counts) and int(counts.max()) > self.num_images:
+                raise ValueError("a document frequency exceeds num_images")
             self._df_keys.append(keys)
             self._df_counts.append(counts)
         self._penalty_scale = 2.0 * self.sigma**2
@@ -191,20 +181,16 @@ class CiderD:
         """df(g) = number of images whose pooled (normalised) references contain n-gram g."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        df: list[dict[Gram, int]] = [{} for _ in range(n)]
+        df: list[Counter[Gram]] = [Counter() for _ in range(n)]
         for image_id, captions in refs.items():
             if isinstance(captions, str) or len(captions) == 0:
                 raise ValueError(
                     f"references of image {image_id!r} must be a non-empty list of str"
                 )
-            seen: list[set[Gram]] = [set() for _ in range(n)]
-            for caption in captions:
-                for k, order in enumerate(_ngram_counts(normalize_caption(caption), n)):
-                    seen[k].update(order)
-            for k in range(n):
-                table = df[k]
-                for gram in seen[k]:
-                    table[gram] = table.get(gram, 0) + 1
+            words = [normalize_caption(caption).split() for caption in captions]
+            for k in range(1, n + 1):
+                # each image counts once per n-gram, however many references repeat it
+                df[k - 1].update({gram for ws in words for gram in _ngrams(ws, k)})
         if not refs:
             raise ValueError("refs is empty: df needs at least one image")
         return cls(df, len(refs), sigma=sigma, cache_size=cache_size)
