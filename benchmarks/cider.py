@@ -38,13 +38,15 @@ def perturb(rng, caption: str, words, weights, rate: float, extra: int = 0) -> s
     return " ".join(tokens)
 
 
-def median_seconds(fn, repeats: int) -> float:
-    times = []
+def interleaved_medians(fns, repeats: int) -> list[float]:
+    """Median seconds of each function, run in turn so load changes hit all of them alike."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, bucket in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - start)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def speed_table(args, rng, corpus, cider, words, weights) -> None:
@@ -69,19 +71,18 @@ def speed_table(args, rng, corpus, cider, words, weights) -> None:
         gts = {k: refs[k] for k in range(len(cands))}
         res = {k: [cands[k]] for k in range(len(cands))}
         n = len(cands)
-        coco = median_seconds(
-            lambda gts=gts, res=res: Cider().compute_score(gts, res), args.repeats
-        )
+
+        def coco(gts=gts, res=res):
+            Cider().compute_score(gts, res)
 
         def cold(cands=cands, refs=refs):
             cider.clear_cache()
             cider.score_batch(cands, refs)
 
-        new = median_seconds(cold, args.repeats)
-        cider.score_batch(cands, refs)
-        warm = median_seconds(
-            lambda cands=cands, refs=refs: cider.score_batch(cands, refs), args.repeats
-        )
+        def warm(cands=cands, refs=refs):
+            cider.score_batch(cands, refs)
+
+        coco, new, warm = interleaved_medians([coco, cold, warm], args.repeats)
         us = 1e6 / n
         print(
             f"| {label} | {coco * us:.1f} | {new * us:.1f} | {warm * us:.1f} | "
