@@ -1,0 +1,61 @@
+"""Converter I/O helpers: readers name file and line, atomic writes, stable hashes, rejects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entropyrl.data.io import (
+    InputFileError,
+    RejectLog,
+    atomic_path,
+    read_records,
+    stable_hash,
+)
+
+
+def test_read_records_array_and_lines(tmp_path):
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps([{"x": 1}, {"x": 2}]))
+    assert read_records(array) == [(1, {"x": 1}), (2, {"x": 2})]
+    lines = tmp_path / "b.json"  # BFCL: JSON lines under a .json name
+    lines.write_text('{"x": 1}\n\n{"x": 2}\n')
+    assert read_records(lines) == [(1, {"x": 1}), (3, {"x": 2})]
+    latin = tmp_path / "c.jsonl"
+    latin.write_bytes(b'{"x": "\xe9"}\n')
+    with pytest.raises(InputFileError, match="not UTF-8"):
+        read_records(latin)
+    with pytest.raises(InputFileError, match="not a regular file"):
+        read_records(tmp_path)
+
+
+def test_atomic_path_keeps_the_old_file_on_failure(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_stable_hash_is_canonical_and_fixed():
+    assert stable_hash({"b": 1, "a": [1, 2]}) == stable_hash({"a": [1, 2], "b": 1})
+    assert stable_hash("x", 1) != stable_hash("x", 2)
+    # sha1 of the canonical JSON '["x"]': the same on every machine and Python run
+    assert stable_hash("x") == int("7dc28255d1872f292f91802f52889121e6304a50", 16)
+
+
+def test_reject_log(tmp_path):
+    log = RejectLog(source="in.jsonl")
+    assert log.write(tmp_path / "rejects.jsonl") is None
+    for line in range(25):
+        log.add(line + 1, f"bad {line}")
+    assert len(log.first()) == 20 and log.first()[0] == "in.jsonl:1: bad 0"
+    path = log.write(tmp_path / "rejects.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 25 and rows[-1] == {"source": "in.jsonl", "line": 25, "reason": "bad 24"}
+    assert RejectLog().write(path) is None and not path.exists()  # no stale report
