@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ __all__ = [
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-_END_OF_TURN = re.compile(r"(?:\s*(?:<\|im_end\|>|<\|endoftext\|>))+\s*\Z")
+_END_OF_TURN = ("<|im_end|>", "<|endoftext|>")
 _TAGS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 
 
@@ -49,6 +48,16 @@ class ToolCallFormatError(ValueError):
 
 
 # ---------------------------------------------------------------------------- parsing
+def _strip_end_of_turn(text: str) -> str:
+    """The text without trailing end-of-turn markers (when decoded with special tokens)."""
+    body = text.rstrip()
+    while body.endswith(_END_OF_TURN):
+        for token in _END_OF_TURN:
+            if body.endswith(token):
+                body = body[: -len(token)].rstrip()
+    return body
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -97,8 +106,7 @@ def parse_tool_calls(text: str, *, require_think: bool = True) -> list[dict[str,
     """
     if not isinstance(text, str):
         raise ToolCallFormatError(f"response must be a str, got {type(text).__name__}")
-    end = _END_OF_TURN.search(text)
-    body = text[: end.start()] if end else text
+    body = _strip_end_of_turn(text)
     position = len(body) - len(body.lstrip())
     if body.startswith(THINK_OPEN, position):
         close = body.find(THINK_CLOSE, position)
