@@ -116,6 +116,17 @@ def zero_demo(cider: CiderD, corpus, rng, words, weights, group: int) -> None:
         f"(a zero std gives GRPO no advantage signal). One image alone: pycocoevalcap "
         f"{per_image[0]:.3f}.\n"
     )
+    # A mixed batch is not 0, but the same caption's score depends on its batch-mates.
+    others = [k for k in corpus if k != image_id]
+    print("| same rollout 0, batch-mates | pycocoevalcap | CiderD (corpus df) |")
+    print("|---|---|---|")
+    for size in (1, 4, 32):
+        mates = rng.sample(others, size)
+        gts = {0: refs, **{m: corpus[m] for m in mates}}
+        res = {0: [rollouts[0]], **{m: [corpus[m][0]] for m in mates}}
+        _, scores = Cider().compute_score(gts, res)
+        print(f"| {size} other image(s) | {scores[0]:.3f} | {cider.score(rollouts[0], refs):.3f} |")
+    print()
 
 
 def main() -> None:
