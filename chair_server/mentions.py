@@ -39,7 +39,8 @@ class MentionExtractor:
         self.singular: dict[str, str] = vocabulary.surface_forms(self.category_of)
         self.pairs: dict[tuple[str, str], str | None] = vocabulary.pair_forms()
         self.pair_starts: frozenset[str] = frozenset(first for first, _ in self.pairs)
-        self._lookup_keys = frozenset(self.singular) | self.pair_starts
+        self._singular_keys = frozenset(self.singular)
+        self._lookup_keys = self._singular_keys | self.pair_starts
         self.rule_trigger, self.rule_dropped = vocabulary.TOILET_SEAT_RULE
 
     def mentions(self, caption: str) -> list[tuple[str, str]]:
@@ -60,14 +61,28 @@ class MentionExtractor:
         if not hits:
             return [], length
         singular = self.singular
-        if self.pair_starts.isdisjoint(hits):
-            words = [singular[t] for t in tokens if t in hits]
-        else:
+        starts = self.pair_starts.intersection(hits)
+        if starts and self._has_pair(tokens, starts):
             words = self._scan(tokens, hits)
+        else:
+            if starts:
+                hits = self._singular_keys.intersection(hits)
+            words = [singular[t] for t in tokens if t in hits]
         if self.rule_dropped in words and self.rule_trigger in words:
             words = [w for w in words if w != self.rule_dropped]
         category_of = self.category_of
         return [(w, category_of[w]) for w in words], length
+
+    def _has_pair(self, tokens: list[str], starts: set[str]) -> bool:
+        """Whether a two-word expression occurs (C-level ``count``/``index`` find the starts)."""
+        pairs, last = self.pairs, len(tokens) - 1
+        for token in starts:
+            i = -1
+            for _ in range(tokens.count(token)):
+                i = tokens.index(token, i + 1)
+                if i < last and (token, tokens[i + 1]) in pairs:
+                    return True
+        return False
 
     def _scan(self, tokens: list[str], hits: set[str]) -> list[str]:
         """The original's left-to-right scan, visiting only vocabulary and pair-start tokens:
