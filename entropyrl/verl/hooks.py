@@ -115,12 +115,13 @@ def clip_schedule_enabled(algorithm: Any) -> bool:
 
 
 def clip_ratio_high_from_chair(
-    chair_i: torch.Tensor, algorithm: Any
+    chair_i: torch.Tensor, algorithm: Any, valid: torch.Tensor | None = None
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
     """Per-sample epsilon_high [B] from CHAIR_i [B] (NaN = unavailable), or None when disabled.
 
     Samples without CHAIR get the schedule's neutral value and are counted in
-    `chair/unavailable`.
+    `chair/unavailable`. `valid` [B] (bool) leaves rows out of the metrics: verl's synthetic
+    padding rows copy a real row's reward info and carry no loss.
     """
     if not clip_schedule_enabled(algorithm):
         return None, {}

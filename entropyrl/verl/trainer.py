@@ -95,6 +95,10 @@ class EntropyPPOTrainer(PPOTrainerSync):
         if not wants_entropy and not wants_clip:
             return super()._compute_advantage(batch, metrics)
         tensors, extra_fields = fetch_step_fields(batch)
+        # verl's synthetic padding rows (tag is_padding) stay out of the CHAIR / clip metrics.
+        valid = torch.tensor(
+            [not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool
+        )
         if wants_entropy:
             inputs = build_advantage_inputs(
                 response_mask=tensors["response_mask"],
@@ -111,7 +115,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         else:
             batch = super()._compute_advantage(batch, metrics)
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
-        clip_high, clip_metrics = clip_ratio_high_from_chair(chair_i, algorithm)
+        clip_high, clip_metrics = clip_ratio_high_from_chair(chair_i, algorithm, valid)
         metrics.update(clip_metrics)
         if clip_high is not None:
             batch = tq.kv_batch_put(

@@ -290,3 +290,18 @@ def test_think_tag_ids(tokenizer):
     open_ids, close_ids = think_tag_ids(tokenizer)
     assert tokenizer.decode(open_ids) == "<think>"
     assert tokenizer.decode(close_ids) == "</think>"
+
+
+def test_padding_rows_are_left_out_of_the_metrics(monkeypatch, compose, tokenizer):
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=True, chair=False)
+    meta = KVBatchMeta(
+        keys=meta.keys,
+        tags=[{"is_padding": i == len(meta.keys) - 1} for i in range(len(meta.keys))],
+        partition_id=meta.partition_id,
+        fields=meta.fields,
+    )
+    trainer = make_trainer(monkeypatch, compose, tokenizer, store, [])
+    metrics: dict = {}
+    trainer._compute_advantage(meta, metrics)
+    assert metrics["chair/unavailable"] == len(RESPONSES) - 1
