@@ -18,18 +18,31 @@ __all__ = [
 SEGMENT_MODES = ("answer", "thinking", "full")
 
 
-def _rows_entropy(x: Tensor, inplace: bool) -> Tensor:
-    """Entropy of each row of a [N, V] float32 block: logsumexp(x) - sum softmax(x) * x."""
+def _rows_entropy(x: Tensor, buffers: tuple[Tensor, Tensor] | None) -> Tensor:
+    """Entropy of each row of a [N, V] float32 block: logsumexp(x) - sum softmax(x) * x.
+
+    ``buffers`` (two [>= N, V] float32 tensors) means "no autograd": temporaries are written
+    into them in place, so chunks reuse the same memory instead of faulting in fresh pages.
+    """
     top = x.amax(dim=-1, keepdim=True)
     # A row maximum of -inf (all logits masked) would give NaN in x - top; shift by 0 instead.
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    z = x - top
-    # -inf logits (masked vocabulary) have p = 0; clamping z keeps p * z at 0 instead of NaN.
-    floor = torch.finfo(z.dtype).min
-    z = z.clamp_(min=floor) if inplace else z.clamp(min=floor)
-    p = torch.exp(z)
-    total = p.sum(dim=-1)
-    weighted = (p.mul_(z) if inplace else p * z).sum(dim=-1)
+    if buffers is None:
+        z = x - top
+        # -inf logits (masked vocabulary) have p = 0; clamping z keeps p * z (and its
+        # gradient) at 0 instead of NaN.
+        z = z.clamp(min=torch.finfo(z.dtype).min)
+        p = torch.exp(z)
+        total = p.sum(dim=-1)
+        weighted = (p * z).sum(dim=-1)
+    else:
+        n = x.shape[0]
+        z = torch.sub(x, top, out=buffers[0][:n])
+        p = torch.exp(z, out=buffers[1][:n])
+        total = p.sum(dim=-1)
+        # p * z is NaN only where p = 0 and z = -inf (masked vocabulary): those terms are 0.
+        # A NaN logit still yields NaN, through the row maximum and `total`.
+        weighted = torch.nansum(p.mul_(z), dim=-1)
     # Rounding can leave -1e-7 for a one-hot row; entropy is >= 0.
     return (torch.log(total) - weighted / total).clamp_min(0.0)
 
@@ -43,9 +56,9 @@ def token_entropy(logits: Tensor, chunk_size: int | None = None) -> Tensor:
     Args:
         logits: Tensor[..., V] (float32, bf16 or fp16; any leading shape).
         chunk_size: process at most this many rows (flattened leading positions) at a time, so
-            the float32 temporaries take ``~3 * chunk_size * V * 4`` bytes instead of three
-            copies of the whole input. ``None``: all rows at once. Rows are independent, so the
-            result is the same either way.
+            the float32 temporaries take ``2 * chunk_size * V * 4`` bytes (3x for bf16/fp16
+            input) instead of two (three) copies of the whole input. ``None``: all rows at
+            once. Rows are independent, so the result is the same either way.
 
     Returns:
         Tensor[...] float32 (differentiable when ``logits`` requires grad).
@@ -62,11 +75,13 @@ def token_entropy(logits: Tensor, chunk_size: int | None = None) -> Tensor:
     lead = logits.shape[:-1]
     rows = logits.reshape(-1, vocab)
     n = rows.shape[0]
-    # Without autograd the temporaries can be updated in place (z = x - max is always a fresh
-    # tensor, never the caller's logits), which keeps the peak at about two [rows, V] blocks.
-    inplace = not (torch.is_grad_enabled() and logits.requires_grad)
-    step = max(n, 1) if chunk_size is None else chunk_size
-    outs = [_rows_entropy(rows[s : s + step].float(), inplace) for s in range(0, max(n, 1), step)]
+    step = max(n, 1) if chunk_size is None else min(chunk_size, max(n, 1))
+    buffers = None
+    if not (torch.is_grad_enabled() and logits.requires_grad):
+        # Without autograd, two float32 blocks of `step` rows hold every temporary, reused
+        # from chunk to chunk (a bf16/fp16 input adds its float32 copy of one block).
+        buffers = tuple(torch.empty(step, vocab, device=logits.device) for _ in range(2))
+    outs = [_rows_entropy(rows[s : s + step].float(), buffers) for s in range(0, max(n, 1), step)]
     out = torch.cat(outs) if len(outs) > 1 else outs[0]
     return out.reshape(lead)
 

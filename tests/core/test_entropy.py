@@ -175,3 +175,11 @@ def test_segment_mask_examples_and_partition():
         segment_mask(ids, mask, OPEN, CLOSE, "reasoning")
     with pytest.raises(ValueError, match="response_mask"):
         segment_mask(ids, mask[:, :3], OPEN, CLOSE, "answer")
+
+
+def test_token_entropy_masked_vocabulary_gradient_is_finite():
+    x = torch.tensor([[1.0, float("-inf"), 0.5], [float("-inf")] * 2 + [3.0]], requires_grad=True)
+    h = token_entropy(x)
+    h.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(h.detach(), token_entropy(x.detach(), chunk_size=1))
