@@ -137,19 +137,24 @@ def clip_ratio_high_from_chair(
         if value is not None:
             kwargs[name] = float(value)
     clip_high = clip_high_from_hallucination(chair_i, **kwargs).to(torch.float32).reshape(-1)
-    available = torch.isfinite(chair_i)
-    metrics = {
-        "chair/unavailable": float((~available).sum().item()),
-        "chair/unavailable_frac": float((~available).float().mean().item())
-        if chair_i.numel()
-        else 0.0,
-        "clip/high_mean": float(clip_high.mean().item()) if clip_high.numel() else 0.0,
-        "clip/high_min": float(clip_high.min().item()) if clip_high.numel() else 0.0,
-        "clip/high_max": float(clip_high.max().item()) if clip_high.numel() else 0.0,
-    }
+    if valid is None:
+        valid = torch.ones_like(clip_high, dtype=torch.bool)
+    chair_valid, clip_valid = chair_i[valid], clip_high[valid]
+    available = torch.isfinite(chair_valid)
+    metrics = {"chair/unavailable": float((~available).sum().item())}
+    if clip_valid.numel():
+        metrics.update(
+            {
+                "chair/unavailable_frac": float((~available).float().mean().item()),
+                "clip/high_mean": float(clip_valid.mean().item()),
+                "clip/high_min": float(clip_valid.min().item()),
+                "clip/high_max": float(clip_valid.max().item()),
+            }
+        )
     if available.any():
-        metrics["chair/chair_i_mean"] = float(chair_i[available].mean().item())
+        scored = chair_valid[available]
+        metrics["chair/chair_i_mean"] = float(scored.mean().item())
         metrics["chair/hallucinated_frac"] = float(
-            (chair_i[available] >= kwargs["threshold"]).float().mean().item()
+            (scored >= kwargs["threshold"]).float().mean().item()
         )
     return clip_high, metrics
