@@ -70,11 +70,9 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
         checkpoint = session.state()
         results: dict[str, Any] = {}
         samples: dict[str, list[dict[str, Any]]] = {"warm-up": before_records[:8]}
-        for index, variant in enumerate(variants):
+        for variant in variants:  # same seed, data and checkpoint for every variant
             session.restore(checkpoint)
-            rl = run_rl(
-                session.model, session.task, cfg, variant, seed=cfg.seed + 1000 * index, log=log
-            )
+            rl = run_rl(session.model, session.task, cfg, variant, seed=cfg.seed, log=log)
             after, after_records = session.evaluate()
             log.write("eval", cfg.steps, after, variant=variant)
             rows.append(eval_row(f"after RL: {variant}", after, rl["seconds"]))

@@ -217,9 +217,9 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     rows = [_row("after warm-up", before, warm["seconds"])]
     checkpoint = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results: dict[str, Any] = {}
-    for index, variant in enumerate(cfg.variants()):
+    for variant in cfg.variants():  # same seed, data and checkpoint
         model.load_state_dict(checkpoint)
-        rl = run_rl(model, task, cfg, variant, seed=cfg.seed + 1000 * index, log=log)
+        rl = run_rl(model, task, cfg, variant, seed=cfg.seed, log=log)
         after, records = task.evaluate(model, max_new_tokens=max_tokens)
         log.write("eval", cfg.steps, after, variant=variant)
         rows.append(_row(f"after RL: {variant}", after, rl["seconds"]))
