@@ -4,12 +4,12 @@ Conventions shared by every function here:
 
 - ``group`` is a 1-D integer tensor of group ids (one per sample, arbitrary values, any order);
   samples with the same id were sampled for the same prompt. Work is vectorised over groups
-  (segment sums with ``index_add_``), never a Python loop over groups.
+  (segment sums with ``scatter_add_``), never a Python loop over groups.
 - NaN policy. ``scores`` must be finite: NaN/inf raise ``ValueError`` naming ``scores``, because
-  a missing reward cannot be guessed. A non-finite ``entropy`` means "entropy unavailable for that
-  sample" (e.g. its segment was empty): the sample keeps its plain GRPO advantage (bonus 0 /
-  weight 1), is left out of its group's entropy mean and is counted in
-  ``egpo/entropy/missing``. Finite entropies must be >= 0.
+  a missing reward cannot be guessed. A NaN (or +inf) ``entropy`` means "entropy unavailable for
+  that sample" (e.g. its segment was empty, see ``entropy.sequence_entropy``): the sample keeps
+  its plain GRPO advantage (bonus 0 / weight 1), is left out of its group's entropy mean and is
+  counted in ``egpo/entropy/missing``. Negative entropies (-inf included) raise ``ValueError``.
 - Outputs are float32 (float64 when ``scores`` is float64) and never NaN/inf for finite inputs.
   An empty batch (B = 0) returns empty tensors.
 """

@@ -108,6 +108,27 @@ def test_grpo_equal_rewards_exact_zero_where_mean_subtraction_rounds():
     assert (grpo_advantage(scores, group, norm_by_std=False) == 0).all()
 
 
+def test_grpo_float64_equal_rewards_exact_zero():
+    scores = torch.tensor([0.1, 0.1, 0.1, 0.7, 0.2], dtype=torch.float64)
+    group = torch.tensor([2, 2, 2, 5, 5])
+    got = grpo_advantage(scores, group)
+    assert got.dtype == torch.float64
+    assert (got[:3] == 0).all()
+    torch.testing.assert_close(got, ref_grpo(scores, group))
+
+
+def test_infinite_entropy_counts_as_missing():
+    scores = torch.tensor([1.0, 0.0, 0.5])
+    group = torch.tensor([0, 0, 0])
+    entropy = torch.tensor([float("inf"), 0.3, float("nan")])
+    base = grpo_advantage(scores, group)
+    for fn in (egpo_bonus_advantage, egpo_ratio_advantage):
+        adv, metrics = fn(scores, entropy, group)
+        assert metrics["egpo/entropy/missing"] == 2.0
+        assert adv[0] == base[0] and adv[2] == base[2]
+        assert torch.isfinite(adv).all()
+
+
 def test_grpo_hand_computed():
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0])
     group = torch.tensor([7, 7, -2, -2, 11])
