@@ -6,7 +6,9 @@ estimator call stay verl's):
   segment reach our estimators through `entropyrl.verl.inputs.advantage_inputs`;
 - each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_ratio_high`, written next
   to `advantages` so every mini-batch and PPO epoch of the actor update carries it;
-- `egpo/*`, `chair/*`, `clip/*` metrics are logged.
+- `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
+  estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
+  response tokens).
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
 `per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged.
 """
@@ -86,6 +88,11 @@ class EntropyPPOTrainer(PPOTrainerSync):
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={LOSS_NAME} (got {loss_mode!r})"
             )
         if loss_mode == LOSS_NAME:
+            from verl.trainer.distillation import is_distillation_enabled
+
+            if is_distillation_enabled(self.config.get("distillation")):
+                # The workers' distillation loss would be replaced by plain ppo_loss.
+                raise ValueError(f"policy_loss.loss_mode={LOSS_NAME} does not support distillation")
             self.actor_rollout_wg.set_loss_fn(PerSampleClipPPOLoss(actor))
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:

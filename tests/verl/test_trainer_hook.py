@@ -305,3 +305,56 @@ def test_padding_rows_are_left_out_of_the_metrics(monkeypatch, compose, tokenize
     metrics: dict = {}
     trainer._compute_advantage(meta, metrics)
     assert metrics["chair/unavailable"] == len(RESPONSES) - 1
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def update_weights(self, step):
+        self.calls.append(("update_weights", step))
+
+    def set_loss_fn(self, fn):
+        self.calls.append(("set_loss_fn", fn))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "installs"),
+    [
+        ([], True),
+        (["algorithm.clip_schedule.enable=false"], True),
+        (
+            [
+                "algorithm.clip_schedule.enable=false",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+            ],
+            False,
+        ),
+    ],
+)
+def test_init_end_installs_the_loss_on_the_workers(compose, overrides, installs):
+    from entropyrl.verl.loss import PerSampleClipPPOLoss
+
+    trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
+    trainer.config = compose("chair_mscoco", overrides)
+    trainer.global_steps = 0
+    trainer.checkpoint_manager = Recorder()
+    trainer.actor_rollout_wg = Recorder()
+    trainer.on_init_end()
+    assert trainer.checkpoint_manager.calls == [("update_weights", 0)]  # verl's sync behaviour kept
+    installed = [fn for name, fn in trainer.actor_rollout_wg.calls if name == "set_loss_fn"]
+    assert len(installed) == int(installs)
+    if installs:
+        assert isinstance(installed[0], PerSampleClipPPOLoss)
+
+
+def test_init_end_rejects_clip_schedule_without_the_loss(compose):
+    trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
+    trainer.config = compose(
+        "chair_mscoco", ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
+    )
+    trainer.global_steps = 0
+    trainer.checkpoint_manager = Recorder()
+    trainer.actor_rollout_wg = Recorder()
+    with pytest.raises(ValueError, match="per_sample_clip"):
+        trainer.on_init_end()
