@@ -98,7 +98,7 @@ def ppo_clip_loss(
 
     neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(neg_kl)
-    ppo_kl = (-neg_kl * m).sum() / n_tok
+    ppo_kl = torch.where(keep, -neg_kl, 0.0).sum() / n_tok
 
     if isinstance(clip_high, Tensor):
         # 1 + eps in float64, then rounded once: the same bound a float clip_high gives.
@@ -119,11 +119,12 @@ def ppo_clip_loss(
     else:
         dual = torch.zeros_like(keep)
         pg_losses = loss1
-    loss = _aggregate(pg_losses, m, agg)
+    # where, not a product with the mask: padding may hold NaN log-probs or advantages.
+    loss = _aggregate(torch.where(keep, pg_losses, 0.0), m, agg)
 
     sample_has = keep.any(dim=-1)
     if isinstance(clip_high, Tensor):
-        ch = clip_high.to(dtype=torch.float64)
+        ch = clip_high.to(device=log_prob.device, dtype=torch.float64)
         high_mean = (ch * sample_has).sum() / sample_has.sum().clamp_min(1)
     else:
         high_mean = torch.tensor(

@@ -207,3 +207,17 @@ def test_all_equal_per_sample_bound_equals_scalar_float32():
             new, old, adv, mask, clip_high=torch.full((5,), high, dtype=torch.float64)
         )
         assert torch.equal(scalar, tensor)
+
+
+def test_padding_may_hold_nan():
+    new, old, adv, mask = make_batch(3, per_token=True)
+    clean, m_clean = ppo_clip_loss(new, old, adv, mask)
+    pad = ~mask.bool()
+    new, adv = new.clone(), adv.clone()
+    new[pad] = float("nan")
+    adv[pad] = float("inf")
+    lp = new.clone().requires_grad_(True)
+    dirty, m_dirty = ppo_clip_loss(lp, old, adv, mask)
+    dirty.backward()
+    assert float(dirty.detach()) == float(clean) and m_dirty == m_clean
+    assert torch.isfinite(lp.grad).all() and (lp.grad[pad] == 0).all()
