@@ -36,9 +36,10 @@ def verl_normalisation(
     """Factor turning a micro-batch-local aggregate into verl's `agg_loss` value (scalar).
 
     Our core aggregates over the micro-batch it is given (token-mean: / local tokens,
-    seq-mean-*: / local sequences; token-sum is computed as token-mean * local tokens); verl divides by the global mini-batch's tokens or
-    sequences and multiplies by dp_size so gradients do not depend on how the mini-batch is
-    split. Both are linear in the per-token losses, so a scalar factor maps one to the other.
+    seq-mean-*: / local sequences; token-sum is taken as token-mean * local tokens); verl
+    divides by the global mini-batch's tokens or sequences and multiplies by dp_size so
+    gradients do not depend on how the mini-batch is split. Both are linear in the per-token
+    losses, so a scalar factor maps one to the other.
     """
     mask = response_mask.bool()
     if loss_agg_mode == "token-mean":

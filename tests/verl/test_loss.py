@@ -112,7 +112,16 @@ def test_without_field_equals_vanilla(chair_config):
         assert set(metrics_a) == set(metrics_b)
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize(
+    "agg",
+    [
+        "token-mean",
+        "token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+    ],
+)
 def test_constant_field_matches_vanilla_with_global_normalisation(chair_config, agg):
     """A field equal to the config's eps_high everywhere reproduces vanilla, incl. dp scaling."""
     from verl.workers.utils.losses import ppo_loss
