@@ -270,13 +270,17 @@ def test_egpo_ratio_hand_computed_and_zero_entropy():
     st.booleans(),
     st.floats(0, 1),
     st.floats(0.5, 4),
+    st.sampled_from(["none", "inside", "padding"]),
 )
-def test_token_shaping_matches_loop(bsz, seq, seed, per_token, alpha, kappa):
+def test_token_shaping_matches_loop(bsz, seq, seed, per_token, alpha, kappa, nan_at):
     gen = torch.Generator().manual_seed(seed)
     adv = torch.randn((bsz, seq) if per_token else (bsz,), generator=gen)
     h = torch.rand(bsz, seq, generator=gen) * 3
-    h[0, 0] = float("nan")
     mask = torch.rand(bsz, seq, generator=gen) > 0.3
+    if nan_at == "inside":
+        h[0, 0] = float("nan")
+    elif nan_at == "padding":
+        h[~mask] = float("nan")  # entropy of padding positions may be garbage
     h.requires_grad_(True)
     got = entropy_shaped_token_advantage(adv, h, mask, alpha=alpha, kappa=kappa)
     assert not got.requires_grad and got.shape == (bsz, seq)
