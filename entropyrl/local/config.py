@@ -131,6 +131,12 @@ class DemoConfig:
         "control continuing the warm-up from the same checkpoint",
     )
     seeds: str = _f("0,1,2", "seeds of the acceptance study")
+    control_clock: str = _f(
+        "cpu",
+        "how the control matches RL's time: cpu = this process's CPU time (fair when other jobs "
+        "share the machine; equals wall time on an idle one with --threads 1), wall = wall clock",
+        choices=("cpu", "wall"),
+    )
 
     def __post_init__(self) -> None:
         checks = {
@@ -155,6 +161,8 @@ class DemoConfig:
             "lr": self.lr >= 0,
             "warmup_lr": self.warmup_lr >= 0,
             "kl_coef": self.kl_coef >= 0,
+            "control_clock": self.control_clock in ("cpu", "wall"),
+            "max_objects": 1 <= self.max_objects <= 3,
         }
         for name, ok in checks.items():
             if not ok:

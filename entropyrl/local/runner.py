@@ -79,11 +79,17 @@ def run_warmup(
     phase: str = "warmup",
     ramp: bool = True,
     progress: bool = True,
+    clock: str = "wall",
 ) -> dict[str, float]:
     """Supervised steps on the noisy warm-up captions, for `steps` steps or `seconds` seconds.
 
-    Returns `{"steps", "seconds", "loss"}` (loss of the last 20 steps).
+    `clock` says how `seconds` is measured: "wall", or "cpu" (this process's CPU time, which
+    other jobs on a shared machine do not inflate).
+
+    Returns `{"steps", "seconds", "cpu_seconds", "loss"}` (loss of the last 20 steps).
     """
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     if (steps is None) == (seconds is None):
         raise ValueError("run_warmup needs exactly one of steps= or seconds=")
     rng = random.Random(f"warmup-{seed}-{phase}")
@@ -92,11 +98,15 @@ def run_warmup(
         optimizer, _constant_after_ramp if ramp else (lambda _: 1.0)
     )
     started = time.perf_counter()
+    cpu_started = time.process_time()
     losses: list[float] = []
     step = 0
     bar = _progress(steps, phase, progress and cfg.progress)
     while True:
-        elapsed = time.perf_counter() - started
+        if clock == "cpu":
+            elapsed = time.process_time() - cpu_started
+        else:
+            elapsed = time.perf_counter() - started
         if (steps is not None and step >= steps) or (seconds is not None and elapsed >= seconds):
             break
         ids, targets = task.warmup_batch(rng, cfg.warmup_batch)
@@ -121,6 +131,7 @@ def run_warmup(
     return {
         "steps": float(step),
         "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
         "loss": sum(tail) / len(tail) if tail else math.nan,
     }
 
@@ -137,7 +148,7 @@ def run_rl(
     items_source: Callable[[random.Random, int], list[Any]] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """`cfg.steps` RL steps of `variant`; returns `{"seconds", "history": [step metrics]}`."""
+    """`cfg.steps` RL steps of `variant`; returns `{"seconds", "cpu_seconds", "history"}`."""
     settings = rl_settings(cfg, variant)
     if settings.adv == "maxent_grpo" and ref_model is None:
         ref_model = _frozen_copy(model)
@@ -153,6 +164,7 @@ def run_rl(
     pick = items_source or (lambda r, k: r.sample(task.train_ids, k))
     history = []
     started = time.perf_counter()
+    cpu_started = time.process_time()
     bar = _progress(cfg.steps, f"rl {variant}", progress and cfg.progress)
     for step in range(cfg.steps):
         items = pick(rng, cfg.prompts_per_step)
@@ -185,7 +197,11 @@ def run_rl(
             }
         )
     bar.close()
-    return {"seconds": time.perf_counter() - started, "history": history}
+    return {
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
+        "history": history,
+    }
 
 
 def _frozen_copy(model: Any) -> Any:

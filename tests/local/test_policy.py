@@ -208,3 +208,16 @@ def test_function_calling_queries_and_reference_answers(small_tokenizer):
     prompts = task.prompts([0, 1, 2])
     assert (prompts["attention_mask"].sum(1) > 0).all()
     assert (prompts["input_ids"][:, -1] == prompts["input_ids"][0, -1]).all()  # left padded
+
+
+def test_phases_reject_an_ambiguous_budget():
+    from entropyrl.local.config import DemoConfig
+    from entropyrl.local.runner import run_warmup
+
+    cfg = DemoConfig()
+    with pytest.raises(ValueError, match="steps= or seconds="):
+        run_warmup(None, None, cfg, steps=1, seconds=1.0, seed=0)
+    with pytest.raises(ValueError, match="clock"):
+        run_warmup(None, None, cfg, seconds=1.0, seed=0, clock="gpu")
+    with pytest.raises(ValueError, match="control_clock"):
+        DemoConfig(control_clock="sundial")
