@@ -80,6 +80,8 @@ def run_acceptance(cfg: DemoConfig) -> dict[str, Any]:
             rows.append(
                 {"seed": seed, **eval_row(stage, metrics, seconds), "train_steps": int(steps)}
             )
+        for row, phase in zip(rows[-3:], (warm, rl, control)):
+            row["train_cpu_seconds"] = phase["cpu_seconds"]
         for name, metrics in (("warmup", before), ("rl", after), ("control", held)):
             log.write("eval", seed, metrics, variant=name, seed=seed)
         verdicts.append(
