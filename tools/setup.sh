@@ -32,8 +32,12 @@ stamp_dir="$root/.setup"
 stamp="$stamp_dir/$profile.stamp"
 fingerprint=$(cat "$root/pyproject.toml" "$root/tools/setup.sh" | sha256sum | cut -d' ' -f1)
 fingerprint="$fingerprint $("$python" -c 'import sys; print(sys.prefix)')"
+# Up to date only if this very checkout is the one installed (another clone's editable
+# install would otherwise shadow it).
+installed_root=$(cd / && "$python" -c 'import os, entropyrl; print(os.path.dirname(os.path.dirname(os.path.realpath(entropyrl.__file__))))' 2>/dev/null || true)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ] \
-   && "$python" -c 'import torch, entropyrl' 2>/dev/null; then
+   && [ "$installed_root" = "$(realpath "$root")" ] \
+   && "$python" -c 'import torch' 2>/dev/null; then
   echo "setup ($profile): up to date"
   exit 0
 fi
