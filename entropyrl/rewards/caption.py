@@ -1,6 +1,11 @@
 """Caption reward: CIDEr-D (corpus df) plus an optional CHAIR penalty and recall bonus.
 
-``score = cider - chair_weight * CHAIR_i + recall_weight * recall`` per caption. CHAIR comes from
+``score = cider - chair_weight * penalty + recall_weight * recall`` per caption, where ``penalty``
+is the caption's CHAIR_i (``chair_penalty="fraction"``, the default: hallucinated mentions /
+mentions) or the number of hallucinated mentions (``chair_penalty="count"``, the CHAIR entry's
+``metrics.hallucinated``). The count form is the one measured to let RL remove a taught
+hallucination on the synthetic world (design notes, environment.md): a fraction penalises one wrong
+object in a three-object caption by a third, which CIDEr-D's template noise swamps. CHAIR comes from
 one batched call to a CHAIR scorer per reward batch (the HTTP ``ChairClient`` or any object with
 the same ``score`` method). Where CHAIR is unavailable for a caption (service down, unknown image
 id) the reward falls back to the CIDEr-D part alone, ``chair_ok`` is False and the fraction is
@@ -37,7 +42,8 @@ class ChairScorerLike(Protocol):
 class CaptionRewardResult:
     """Per-caption reward and its parts; every array has shape ``[B]``.
 
-    ``chair_i``, ``chair_s`` and ``recall`` are NaN where ``chair_ok`` is False.
+    ``chair_i``, ``chair_s``, ``recall`` and ``hallucinated`` (number of hallucinated mentions;
+    None when CHAIR was not requested) are NaN where ``chair_ok`` is False.
     """
 
     scores: np.ndarray
@@ -47,6 +53,7 @@ class CaptionRewardResult:
     recall: np.ndarray
     chair_ok: np.ndarray
     chair_requested: bool = False
+    hallucinated: np.ndarray | None = None
 
     def metrics(self) -> dict[str, float]:
         """Batch means for logging; CHAIR means only over captions CHAIR could score."""
@@ -61,6 +68,8 @@ class CaptionRewardResult:
                 out["chair/chair_i_mean"] = float(self.chair_i[ok].mean())
                 out["chair/chair_s_mean"] = float(self.chair_s[ok].mean())
                 out["chair/recall_mean"] = float(self.recall[ok].mean())
+                if self.hallucinated is not None and np.isfinite(self.hallucinated[ok]).all():
+                    out["chair/hallucinated_mean"] = float(self.hallucinated[ok].mean())
         return out
 
 
@@ -81,15 +90,26 @@ def _metric(entry: Mapping[str, Any], name: str) -> float:
     return value
 
 
+def _optional_count(entry: Mapping[str, Any]) -> float:
+    try:
+        return _metric(entry, "hallucinated")
+    except (KeyError, TypeError, ValueError):
+        return math.nan
+
+
 class CaptionReward:
     """Callable reward for a batch of captions (see the module docstring for the formula).
 
     Args:
         cider: the CIDEr-D scorer built from the training references.
         chair_client: a :class:`ChairScorerLike`, or None to skip CHAIR.
-        chair_weight: weight ``w`` of the ``- w * CHAIR_i`` penalty.
+        chair_weight: weight ``w`` of the ``- w * penalty`` term.
         recall_weight: weight of the ``+ recall`` bonus (keeps empty captions from winning).
+        chair_penalty: ``"fraction"`` (penalty = CHAIR_i, the default, kept for existing
+            configs) or ``"count"`` (penalty = number of hallucinated mentions).
     """
+
+    PENALTIES = ("fraction", "count")
 
     def __init__(
         self,
@@ -98,7 +118,12 @@ class CaptionReward:
         *,
         chair_weight: float = 0.0,
         recall_weight: float = 0.0,
+        chair_penalty: str = "fraction",
     ) -> None:
+        if chair_penalty not in self.PENALTIES:
+            raise ValueError(
+                f"chair_penalty must be one of {self.PENALTIES}, got {chair_penalty!r}"
+            )
         if chair_client is None and (chair_weight != 0.0 or recall_weight != 0.0):
             raise ValueError("chair_weight / recall_weight need a chair_client")
         if chair_client is not None and not callable(getattr(chair_client, "score", None)):
@@ -107,6 +132,7 @@ class CaptionReward:
         self.chair_client = chair_client
         self.chair_weight = float(chair_weight)
         self.recall_weight = float(recall_weight)
+        self.chair_penalty = chair_penalty
 
     def __call__(
         self,
@@ -124,6 +150,7 @@ class CaptionReward:
         chair_i = np.full(batch, np.nan)
         chair_s = np.full(batch, np.nan)
         recall = np.full(batch, np.nan)
+        hallucinated = np.full(batch, np.nan)
         chair_ok = np.zeros(batch, dtype=bool)
         if self.chair_client is not None and batch:
             items = [
@@ -142,12 +169,19 @@ class CaptionReward:
                         _metric(entry, "CHAIRs"),
                         _metric(entry, "Recall"),
                     )
+                    count = (
+                        _metric(entry, "hallucinated") if self.chair_penalty == "count" else None
+                    )
                 except (KeyError, TypeError, ValueError):
                     continue  # a malformed entry is an unavailable one, counted in the metrics
+                if count is None:  # fraction mode: the count is only logged, where present
+                    count = _optional_count(entry)
                 chair_i[i], chair_s[i], recall[i] = parts
+                hallucinated[i] = count
                 chair_ok[i] = True
         scores = cider.copy()
-        bonus = self.recall_weight * recall - self.chair_weight * chair_i
+        penalty = hallucinated if self.chair_penalty == "count" else chair_i
+        bonus = self.recall_weight * recall - self.chair_weight * penalty
         scores[chair_ok] += bonus[chair_ok]
         return CaptionRewardResult(
             scores=scores,
@@ -157,4 +191,5 @@ class CaptionReward:
             recall=recall,
             chair_ok=chair_ok,
             chair_requested=self.chair_client is not None,
+            hallucinated=hallucinated if self.chair_client is not None else None,
         )

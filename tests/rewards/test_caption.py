@@ -139,3 +139,55 @@ def test_real_service_and_closed_port(cider, tmp_path):
     assert not down.chair_ok.any()
     np.testing.assert_array_equal(down.scores, down.cider)
     assert down.metrics()["chair/unavailable_frac"] == 1.0
+
+
+def test_count_penalty_hand_computed(cider):
+    """chair_penalty="count": the penalty is metrics.hallucinated, not the CHAIR_i fraction."""
+    refs = [CORPUS[i] for i in IMAGE_IDS]
+    two_wrong = entry(0.5, 1.0, 1.0)
+    two_wrong["metrics"]["hallucinated"] = 2  # 2 of 4 mentions wrong
+    clean = entry(0.0, 0.0, 1.0)
+    clean["metrics"]["hallucinated"] = 0
+    no_count = entry(0.25, 1.0, 1.0)  # an entry without the count cannot be scored by count
+    entries = [clean, two_wrong, no_count, None]
+    count = CaptionReward(cider, RecordingScorer(entries), chair_weight=1.5, chair_penalty="count")
+    result = count(CAPTIONS, IMAGE_IDS, refs)
+    expected_cider = cider.score_batch(CAPTIONS, refs)
+    np.testing.assert_array_equal(result.chair_ok, [True, True, False, False])
+    np.testing.assert_allclose(
+        result.scores, expected_cider - np.array([0.0, 1.5 * 2, 0.0, 0.0]), atol=1e-12
+    )
+    np.testing.assert_array_equal(result.hallucinated[:2], [0.0, 2.0])
+    assert result.metrics()["chair/hallucinated_mean"] == pytest.approx(1.0)
+    # the default (fraction) reads CHAIR_i, and an entry without a count is still scored
+    fraction = CaptionReward(cider, RecordingScorer(entries), chair_weight=1.5)
+    result = fraction(CAPTIONS, IMAGE_IDS, refs)
+    np.testing.assert_array_equal(result.chair_ok, [True, True, True, False])
+    np.testing.assert_allclose(
+        result.scores, expected_cider - np.array([0.0, 1.5 * 0.5, 1.5 * 0.25, 0.0]), atol=1e-12
+    )
+    assert "chair/hallucinated_mean" not in result.metrics()  # a count is missing
+    with pytest.raises(ValueError, match="chair_penalty"):
+        CaptionReward(cider, RecordingScorer(entries), chair_penalty="ratio")
+
+
+def test_count_penalty_with_chair_scorer(cider):
+    """In-process CHAIR: 'a cat and a dog on a couch' on image 2 (cat, couch) names 1 wrong
+    object of 3 mentions: count penalty 1, fraction penalty 1/3."""
+    scorer_module = pytest.importorskip("chair_server.scorer")
+    chair = scorer_module.ChairScorer.from_ground_truth(GROUND_TRUTH)
+
+    class InProcess:
+        def score(self, items):
+            return chair.score(items)["sentences"]
+
+    refs = [CORPUS[i] for i in IMAGE_IDS]
+    by_count = CaptionReward(cider, InProcess(), chair_weight=1.0, chair_penalty="count")
+    by_fraction = CaptionReward(cider, InProcess(), chair_weight=1.0)
+    count = by_count(CAPTIONS, IMAGE_IDS, refs)
+    fraction = by_fraction(CAPTIONS, IMAGE_IDS, refs)
+    np.testing.assert_array_equal(count.hallucinated, [0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_allclose(count.scores, count.cider - np.array([0, 1.0, 0, 0]), atol=1e-12)
+    np.testing.assert_allclose(
+        fraction.scores, fraction.cider - np.array([0, 1 / 3, 0, 0]), atol=1e-12
+    )
