@@ -1,4 +1,4 @@
-"""Acceptance study: RL against an equal-wall-time control, per seed, on held-out images.
+"""Acceptance study: RL against an equal-time control, per seed, on held-out images.
 
 For each seed: warm up on the noisy captions, evaluate (greedy, held-out), then from that same
 checkpoint (a) run RL and evaluate, (b) continue the supervised warm-up for exactly as many
@@ -114,8 +114,13 @@ def run_acceptance(cfg: DemoConfig) -> dict[str, Any]:
             "variant": variant,
             "warmup_steps": cfg.warmup_steps,
             "steps": cfg.steps,
+            "warmup_lr": cfg.warmup_lr,
             "lr": cfg.lr,
             "chair_weight": cfg.chair_weight,
+            "chair_penalty": cfg.chair_penalty,
+            "clip_low": cfg.clip_low,
+            "kl_coef": cfg.kl_coef,
+            "control_clock": cfg.control_clock,
             "noise_rate": cfg.noise_rate,
             "threads": cfg.threads,
         },

@@ -51,13 +51,28 @@ class CaptionTask:
         )
         self.train_ids = [im.image_id for im in world.train]
         self.test_ids = [im.image_id for im in world.test]
+        self._prompt_cache: dict[int, dict[str, Tensor]] = {}
 
     def prompts(self, items: Sequence[int]) -> dict[str, Tensor]:
-        images = [self.world.image(i) for i in items]
-        batch = self.processor(
-            images=images, text=[self.prompt_text] * len(items), return_tensors="pt"
-        )
-        return dict(batch)
+        """Model inputs of `items`; each image is processed once, then kept (same tensors as
+        processing the batch: every prompt has the same length, pixel rows are per image)."""
+        rows = [self._prompt(i) for i in items]
+        lengths = {row["input_ids"].shape[-1] for row in rows}
+        if len(lengths) != 1:  # images of different sizes: let the processor pad
+            images = [self.world.image(i) for i in items]
+            batch = self.processor(
+                images=images, text=[self.prompt_text] * len(items), return_tensors="pt"
+            )
+            return dict(batch)
+        return {key: torch.cat([row[key] for row in rows]) for key in rows[0]}
+
+    def _prompt(self, item: int) -> dict[str, Tensor]:
+        if item not in self._prompt_cache:
+            batch = self.processor(
+                images=[self.world.image(item)], text=[self.prompt_text], return_tensors="pt"
+            )
+            self._prompt_cache[item] = dict(batch)
+        return self._prompt_cache[item]
 
     def reward(self, texts: Sequence[str], items: Sequence[int]) -> RewardOutput:
         refs = [self.world.references[i] for i in items]

@@ -46,7 +46,8 @@ def eval_row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str,
 def _settings(cfg: DemoConfig) -> dict[str, Any]:
     keys = (
         "seed", "steps", "warmup_steps", "lr", "warmup_lr", "prompts_per_step",
-        "samples_per_prompt", "num_minibatches", "chair_weight", "noise_rate", "hidden_size",
+        "samples_per_prompt", "num_minibatches", "chair_weight", "chair_penalty", "noise_rate",
+        "hidden_size",
         "image_size", "tokenizer_ranks", "threads",
     )  # fmt: skip
     return {k: getattr(cfg, k) for k in keys}

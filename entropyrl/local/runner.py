@@ -272,6 +272,7 @@ class CaptionSession:
                 self.chair,
                 chair_weight=cfg.chair_weight,
                 recall_weight=cfg.recall_weight,
+                chair_penalty=cfg.chair_penalty,
             )
             self.task = CaptionTask(self.world, self.tokenizer, self.processor, self.reward)
         except BaseException:
