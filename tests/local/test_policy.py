@@ -221,3 +221,26 @@ def test_phases_reject_an_ambiguous_budget():
         run_warmup(None, None, cfg, seconds=1.0, seed=0, clock="gpu")
     with pytest.raises(ValueError, match="control_clock"):
         DemoConfig(control_clock="sundial")
+    with pytest.raises(ValueError, match="chair_penalty"):
+        DemoConfig(chair_penalty="ratio")
+
+
+def test_cached_caption_prompts_equal_the_processor_batch(small_tokenizer, vlm, tmp_path):
+    """CaptionTask keeps each image's processor output: the batch it builds (repeats included)
+    is the very tensor set the processor gives for the whole batch."""
+    import torch
+
+    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.local.captioning import CaptionTask
+
+    _, processor = vlm
+    world = build_synthetic_coco(tmp_path, num_train=6, num_test=2, image_size=56, seed=3)
+    task = CaptionTask(world, small_tokenizer, processor, reward=None)
+    items = [task.train_ids[2], task.train_ids[0], task.train_ids[2], task.test_ids[1]]
+    cached = task.prompts(items)
+    images = [world.image(i) for i in items]
+    direct = dict(processor(images=images, text=[task.prompt_text] * 4, return_tensors="pt"))
+    assert cached.keys() == direct.keys()
+    for key in direct:
+        assert cached[key].dtype == direct[key].dtype and torch.equal(cached[key], direct[key]), key
+    assert len(task._prompt_cache) == 3
