@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from entropyrl.data.synthetic import SyntheticWorld
-from entropyrl.local.policy import generate
+from entropyrl.local.policy import greedy_texts
 from entropyrl.local.rl import RewardOutput
 from entropyrl.rewards.caption import CaptionReward
 
@@ -110,21 +110,15 @@ class CaptionTask:
         """
         from chair_server.scorer import overall_metrics
 
-        device = next(model.parameters()).device
-        captions: list[str] = []
-        for start in range(0, len(self.test_ids), batch_size):
-            chunk = self.test_ids[start : start + batch_size]
-            prompts = {k: v.to(device) for k, v in self.prompts(chunk).items()}
-            responses, _ = generate(
-                model,
-                prompts,
-                eos_id=self.tokenizer.eos_token_id,
-                pad_id=self.tokenizer.pad_token_id,
-                max_new_tokens=max_new_tokens,
-                greedy=True,
-                suppress=suppress,
-            )
-            captions += self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        captions = greedy_texts(
+            model,
+            self.tokenizer,
+            self.prompts,
+            self.test_ids,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            suppress=suppress,
+        )
         items = [{"image_id": i, "caption": c} for i, c in zip(self.test_ids, captions)]
         entries = chair.score(items)
         scored = [e for e in entries if e is not None and "metrics" in e]

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from entropyrl.local.config import DemoConfig
-from entropyrl.local.policy import forbidden_token_ids, generate
+from entropyrl.local.policy import forbidden_token_ids, greedy_texts
 from entropyrl.local.report import markdown_table, plot_curves, write_summary
 from entropyrl.local.rl import RewardOutput
 from entropyrl.local.runner import MetricsLog, run_rl, run_warmup
@@ -149,22 +149,15 @@ class FunctionCallingTask:
 
     @torch.no_grad()
     def evaluate(self, model: Any, *, max_new_tokens: int, batch_size: int = 32):
-        device = next(model.parameters()).device
-        texts: list[str] = []
-        suppress = forbidden_token_ids(self.tokenizer)
-        for start in range(0, len(self.test), batch_size):
-            chunk = self.test[start : start + batch_size]
-            prompts = {k: v.to(device) for k, v in self.prompts(chunk).items()}
-            responses, _ = generate(
-                model,
-                prompts,
-                eos_id=self.tokenizer.eos_token_id,
-                pad_id=self.tokenizer.pad_token_id,
-                max_new_tokens=max_new_tokens,
-                greedy=True,
-                suppress=suppress,
-            )
-            texts += self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        texts = greedy_texts(
+            model,
+            self.tokenizer,
+            self.prompts,
+            self.test,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            suppress=forbidden_token_ids(self.tokenizer),
+        )
         result = self.reward(texts, self.test)
         records = [{"query": q.query, "response": t} for q, t in zip(self.test, texts)]
         return result.metrics, records

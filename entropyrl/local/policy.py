@@ -7,7 +7,7 @@ Responses are [B, R] right-padded with the pad id after the first end-of-turn to
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -95,6 +95,40 @@ def generate(
     mask = response_mask(responses, eos_id)
     responses = torch.where(mask.bool(), responses, torch.full_like(responses, pad_id))
     return responses, mask
+
+
+@torch.no_grad()
+def greedy_texts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Callable[[Sequence[Any]], Mapping[str, Tensor]],
+    items: Sequence[Any],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 32,
+    suppress: list[int] | None = None,
+) -> list[str]:
+    """Greedy decoding of every item, `batch_size` prompts at a time, as decoded text.
+
+    `prompts(chunk)` builds the model inputs of a chunk of items (a task's `prompts` method);
+    evaluation of every task goes through here so all are decoded the same way.
+    """
+    device = next(model.parameters()).device
+    texts: list[str] = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        inputs = {k: v.to(device) for k, v in prompts(chunk).items()}
+        responses, _ = generate(
+            model,
+            inputs,
+            eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+            max_new_tokens=max_new_tokens,
+            greedy=True,
+            suppress=suppress,
+        )
+        texts += tokenizer.batch_decode(responses, skip_special_tokens=True)
+    return texts
 
 
 def sequence_inputs(
