@@ -221,7 +221,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = DemoConfig
     """One `--kebab-case` option per dataclass field, help text and default from the field."""
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
+        # argparse %-formats help strings: a literal "%" in a help text must be doubled.
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default})".replace("%", "%%")
         if f.type in ("bool", bool):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text
