@@ -2,17 +2,32 @@
 
 A response earns 1.0 only if its format is exact and its calls equal the ground truth:
 
-- format: ``<think>...</think>`` first (leading whitespace allowed), then either only
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks separated by whitespace, or,
-  when the model makes no call, free text containing no tool-call tag. Every block holds one
-  strict JSON object with exactly the keys ``name`` (non-empty str) and ``arguments`` (object);
-  no comments, NaN, duplicated keys, unclosed or nested tags, text between or after the blocks.
-  A final ``<|im_end|>`` / ``<|endoftext|>`` is tolerated (end-of-turn, not content).
+- format: ``<think>...</think>`` first (leading whitespace allowed), then either only tool-call
+  blocks in Qwen's template form ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
+  (the newlines are required: BFCL's Qwen decoder finds calls by them, so an inline block would
+  score 1 here and 0 there) separated by whitespace, or, when the model makes no call, free text
+  containing no tool-call tag. Every block holds one strict JSON object with exactly the keys
+  ``name`` (non-empty str) and ``arguments`` (object), nested at most ``MAX_JSON_DEPTH`` deep; no
+  comments, NaN, duplicated keys, unclosed or nested tags, text between or after the blocks.
+  The end-of-turn markers a decoder keeps with special tokens are not content: the response may
+  end in at most one ``<|im_end|>`` and then at most one ``<|endoftext|>`` (whitespace around
+  them allowed); anything more (two ``<|im_end|>``) is a format error.
 - correctness: the multiset of calls equals the ground truth, order-insensitive (parallel calls),
-  names equal, arguments equal as JSON values: ``1 == 1.0`` but ``"1" != 1`` and ``True != 1``,
-  strings exact. BFCL possible-answer ground truth lists acceptable values per parameter, ``""``
-  among them meaning the parameter may be omitted. ``[]`` means no call is expected
-  (irrelevance): then a correct response has no tool call.
+  names equal, arguments equal as JSON values: an integer answer needs a JSON integer (``5.0``
+  for ``5`` scores 0, as BFCL's type check does), a float answer accepts an integer of the same
+  value (``10`` for ``10.0``, as BFCL does), ``"1" != 1`` and ``True != 1``, strings exact. BFCL
+  possible-answer ground truth lists acceptable values per parameter, ``""`` among them meaning
+  the parameter may be omitted; an acceptable value that is a dict of lists, or a list of such
+  dicts (BFCL's list-of-dict parameters), is itself a possible answer matched key by key and
+  element by element. ``[]`` means no call is expected (irrelevance): then a correct response has
+  no tool call.
+
+Parsing is linear in the response length, and any input (degenerate rollouts included) yields a
+score or a ToolCallFormatError, never a RecursionError.
+
+This reward is stricter than BFCL's own checker (which lower-cases strings and drops spaces and
+``,./-_*^`` before comparing, and accepts a missing reasoning block); ``bfcl_verdict`` gives the
+BFCL verdict of a response with BFCL's own decoder and checker (optional ``bfcl`` extra).
 
 Tokenizer assumption: verl decodes ``solution_str`` with special tokens skipped. In the Qwen2 /
 Qwen2-VL tokenizers the project builds (special tokens at ids 151643..151656) ``<tool_call>`` and
@@ -23,13 +38,17 @@ special would strip them and every response would score 0: decode without skippi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "ToolCallFormatError",
+    "bfcl_verdict",
     "compute_score",
     "normalize_ground_truth",
     "parse_tool_calls",
@@ -39,8 +58,14 @@ __all__ = [
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-_END_OF_TURN = ("<|im_end|>", "<|endoftext|>")
+IM_END, END_OF_TEXT = "<|im_end|>", "<|endoftext|>"
 _TAGS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
+# Qwen's template puts the JSON on its own line: "<tool_call>\n{...}\n</tool_call>".
+_BLOCK_OPEN, _BLOCK_CLOSE = CALL_OPEN + "\n", "\n" + CALL_CLOSE
+_WHITESPACE = re.compile(r"\s*")
+# Real tool arguments nest a few levels; the bound keeps every recursive step (json, matching)
+# far below Python's recursion limit whatever a rollout emits.
+MAX_JSON_DEPTH = 32
 
 
 class ToolCallFormatError(ValueError):
@@ -49,12 +74,23 @@ class ToolCallFormatError(ValueError):
 
 # ---------------------------------------------------------------------------- parsing
 def _strip_end_of_turn(text: str) -> str:
-    """The text without trailing end-of-turn markers (when decoded with special tokens)."""
+    """The text without its end-of-turn markers: ``[<|im_end|>] [<|endoftext|>]`` at the end.
+
+    A decoder that keeps special tokens leaves Qwen's end of turn (``<|im_end|>``) and, for a
+    base model or a padded batch, ``<|endoftext|>``; one of each at most is the end of a turn,
+    more is generated content (and then a format error in the caller's checks).
+    """
     body = text.rstrip()
-    while body.endswith(_END_OF_TURN):
-        for token in _END_OF_TURN:
-            if body.endswith(token):
-                body = body[: -len(token)].rstrip()
+    if body.endswith(END_OF_TEXT):
+        body = body[: -len(END_OF_TEXT)].rstrip()
+    if body.endswith(IM_END):
+        body = body[: -len(IM_END)].rstrip()
+    for token in (IM_END, END_OF_TEXT):
+        found = body.find(token)
+        if found >= 0:
+            raise ToolCallFormatError(
+                f"{token} at character {found}: only one end of turn may close the response"
+            )
     return body
 
 
@@ -71,15 +107,37 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _strict_json(text: str) -> Any:
-    """json.loads without NaN/Infinity or duplicated keys (comments are already invalid JSON)."""
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+def _json_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _strict_json(text: str, *, max_depth: int | None = None) -> Any:
+    """json.loads without NaN/Infinity or duplicated keys (comments are already invalid JSON).
+
+    Deep nesting is a ValueError, not a RecursionError: the C decoder recurses once per level.
+    """
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to decode") from None
+    if max_depth is not None and _json_depth(value) > max_depth:
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    return value
 
 
 def _parse_call(body: str, index: int, offset: int) -> dict[str, Any]:
     where = f"tool call {index} (at character {offset})"
     try:
-        value = _strict_json(body)
+        value = _strict_json(body, max_depth=MAX_JSON_DEPTH)
     except ValueError as error:  # JSONDecodeError is a ValueError
         raise ToolCallFormatError(f"{where}: invalid JSON: {error}") from None
     if not isinstance(value, dict):
@@ -131,29 +189,36 @@ def parse_tool_calls(text: str, *, require_think: bool = True) -> list[dict[str,
     if CALL_OPEN not in rest and CALL_CLOSE not in rest:
         return []  # a plain answer: no call made
     calls = []
-    cursor = 0
-    while True:
-        stripped = len(rest) - len(rest[cursor:].lstrip())
-        cursor = stripped
-        if cursor == len(rest):
-            break
+    # Index arithmetic on `rest` only (no slicing of the remainder): linear in the length.
+    cursor = _WHITESPACE.match(rest).end()
+    while cursor < len(rest):
+        where = position + cursor
         if not rest.startswith(CALL_OPEN, cursor):
             snippet = rest[cursor : cursor + 30]
             raise ToolCallFormatError(
-                f"unexpected text {snippet!r} at character {position + cursor}: only "
+                f"unexpected text {snippet!r} at character {where}: only "
                 f"{CALL_OPEN}...{CALL_CLOSE} blocks may follow the reasoning block"
             )
-        start = cursor + len(CALL_OPEN)
+        if not rest.startswith(_BLOCK_OPEN, cursor):
+            raise ToolCallFormatError(
+                f"{CALL_OPEN} at character {where} must be followed by a newline "
+                f"(Qwen's template: {CALL_OPEN}\\n{{...}}\\n{CALL_CLOSE})"
+            )
+        start = cursor + len(_BLOCK_OPEN)
         close = rest.find(CALL_CLOSE, start)
         if close < 0:
-            raise ToolCallFormatError(f"unclosed {CALL_OPEN} at character {position + cursor}")
-        inner = rest[start:close]
-        if CALL_OPEN in inner:
+            raise ToolCallFormatError(f"unclosed {CALL_OPEN} at character {where}")
+        if rest.find(CALL_OPEN, start, close) >= 0:
             raise ToolCallFormatError(
-                f"{CALL_OPEN} at character {position + cursor} is not closed before the next one"
+                f"{CALL_OPEN} at character {where} is not closed before the next one"
             )
-        calls.append(_parse_call(inner, len(calls), position + cursor))
-        cursor = close + len(CALL_CLOSE)
+        if close - 1 < start or rest[close - 1] != "\n":
+            raise ToolCallFormatError(
+                f"{CALL_CLOSE} at character {position + close} must follow a newline "
+                f"(Qwen's template: {CALL_OPEN}\\n{{...}}\\n{CALL_CLOSE})"
+            )
+        calls.append(_parse_call(rest[start : close - 1], len(calls), where))
+        cursor = _WHITESPACE.match(rest, close + len(CALL_CLOSE)).end()
     return calls
 
 
@@ -212,33 +277,59 @@ def normalize_ground_truth(ground_truth: Any) -> list[tuple[str, str, Any]]:
 
 
 # ---------------------------------------------------------------------------- matching
-def values_equal(a: Any, b: Any) -> bool:
-    """JSON value equality: numbers by value (1 == 1.0), no str/number or bool/number mixing."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return not (isinstance(a, float) and math.isnan(a)) and a == b
-    if isinstance(a, str) or isinstance(b, str):
-        return isinstance(a, str) and isinstance(b, str) and a == b
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+def values_equal(value: Any, expected: Any) -> bool:
+    """JSON value equality of a response's ``value`` with the ``expected`` one.
+
+    Numbers compare by value, but an integer answer needs an integer (``5.0`` is not ``5``: BFCL
+    rejects a float for an integer parameter) while a float answer accepts an integer
+    (``10`` for ``10.0``, as BFCL converts int to float); no str/number or bool/number mixing.
+    """
+    if isinstance(value, bool) or isinstance(expected, bool):
+        return isinstance(value, bool) and isinstance(expected, bool) and value == expected
+    if isinstance(value, (int, float)) and isinstance(expected, (int, float)):
+        if isinstance(expected, int) and not isinstance(value, int):
+            return False
+        return not (isinstance(value, float) and math.isnan(value)) and value == expected
+    if isinstance(value, str) or isinstance(expected, str):
+        return isinstance(value, str) and isinstance(expected, str) and value == expected
+    if value is None or expected is None:
+        return value is None and expected is None
+    if isinstance(value, Mapping) and isinstance(expected, Mapping):
+        return value.keys() == expected.keys() and all(
+            values_equal(value[k], expected[k]) for k in value
+        )
+    if isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple)):
+        return len(value) == len(expected) and all(
+            values_equal(x, y) for x, y in zip(value, expected)
+        )
     return False
 
 
+def _is_pattern(option: Any) -> bool:
+    """A BFCL possible answer for a dict value: ``{key: [acceptable values...]}``."""
+    return isinstance(option, Mapping) and all(isinstance(v, list) for v in option.values())
+
+
+def _element_matches(value: Any, option: Any) -> bool:
+    """``value`` equals ``option``, or ``option`` is a dict pattern that ``value`` satisfies."""
+    if values_equal(value, option):
+        return True
+    return _is_pattern(option) and isinstance(value, Mapping) and _params_match(value, option)
+
+
 def _acceptable(value: Any, options: list[Any]) -> bool:
-    """BFCL: value equals one option; a dict option of lists is itself a possible answer."""
+    """BFCL: ``value`` matches one option; a dict of lists is itself a possible answer, and so is
+    a list of them (a list-of-dict parameter, ``[[{"field": ["age"]}, ...]]``), element by element.
+    """
     for option in options:
-        if values_equal(value, option):
+        if _element_matches(value, option):
             return True
         if (
-            isinstance(option, Mapping)
-            and isinstance(value, Mapping)
-            and all(isinstance(v, list) for v in option.values())
-            and _params_match(value, option)
+            isinstance(option, list)
+            and isinstance(value, list)
+            and len(value) == len(option)
+            and any(_is_pattern(item) for item in option)
+            and all(_element_matches(v, o) for v, o in zip(value, option))
         ):
             return True
     return False
@@ -312,3 +403,125 @@ def compute_score(
     """1.0 when the response's format is exact and its calls equal the ground truth, else 0.0."""
     del extra_info  # accepted for verl's reward signature; the score needs nothing from it
     return float(score_details(solution_str, ground_truth)["score"])
+
+
+# ---------------------------------------------------------------------------- BFCL's own verdict
+# BFCL's runner passes the registry name with "/" escaped; every Qwen FC entry of its model
+# table decodes with QwenFCHandler and keeps dotted function names (underscore_to_dot False).
+BFCL_QWEN_FC_MODEL = "Qwen/Qwen3-8B-FC"
+BFCL_INSTALL_HINT = (
+    "bfcl_verdict needs the bfcl-eval package: pip install 'entropyrl[bfcl]' && "
+    "pip install --no-deps bfcl-eval==2026.3.23 (its full dependency tree pins numpy 1.26 and "
+    "pulls sentence-transformers; the extra holds only what its checker and Qwen decoder import)"
+)
+_BFCL_UNSUPPORTED = ("multi_turn", "memory", "web_search", "format_sensitivity", "exec", "rest")
+
+
+@functools.cache
+def _bfcl() -> dict[str, Any]:
+    """BFCL's Qwen function-calling handler, checker and helpers (imported once, lazily)."""
+    try:
+        from bfcl_eval.constants.enums import Language, ReturnFormat
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+        from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
+        from bfcl_eval.utils import (
+            is_empty_output,
+            is_function_calling_format_output,
+            is_java,
+            is_js,
+            is_relevance_or_irrelevance,
+        )
+    except ImportError as error:
+        raise ImportError(f"{BFCL_INSTALL_HINT} ({error})") from error
+    handler = QwenFCHandler(
+        model_name=BFCL_QWEN_FC_MODEL.removesuffix("-FC"),
+        temperature=0.0,
+        registry_name=BFCL_QWEN_FC_MODEL,
+        is_fc_model=True,
+    )
+    return {
+        "handler": handler,
+        "ast_checker": ast_checker,
+        "Language": Language,
+        "ReturnFormat": ReturnFormat,
+        "is_empty_output": is_empty_output,
+        "is_format_output": is_function_calling_format_output,
+        "is_java": is_java,
+        "is_js": is_js,
+        "is_relevance": is_relevance_or_irrelevance,
+    }
+
+
+def _bfcl_stored_result(bfcl: dict[str, Any], solution_str: str) -> str:
+    """What BFCL stores as the model result of a raw Qwen generation (reasoning removed)."""
+    from types import SimpleNamespace
+
+    response = SimpleNamespace(
+        choices=[SimpleNamespace(text=solution_str)],
+        usage=SimpleNamespace(prompt_tokens=0, completion_tokens=0),
+    )
+    return bfcl["handler"]._parse_query_response_prompting(response)["model_responses"]
+
+
+def bfcl_verdict(
+    solution_str: str,
+    entry: Mapping[str, Any],
+    possible_answer: Sequence[Any] | None,
+    category: str,
+) -> bool:
+    """BFCL's verdict on a raw generation, as BFCL scores a Qwen function-calling model.
+
+    The generation goes through BFCL's ``QwenFCHandler`` (reasoning split off at ``</think>``,
+    ``<tool_call>\\n...\\n</tool_call>`` blocks decoded) and then through the per-entry logic of
+    BFCL's ``eval_runner``: ``ast_checker`` for the AST categories (simple_python/java/javascript,
+    multiple, parallel, parallel_multiple and their live variants), "any call"/"no call" for
+    relevance/irrelevance. ``entry`` is the BFCL test entry (its ``function`` list in BFCL's own
+    schema), ``possible_answer`` its ``ground_truth`` list (None for (ir)relevance), ``category``
+    the BFCL category name (``simple_python``, ``live_multiple``, ...). Needs the ``bfcl`` extra.
+    """
+    if not isinstance(solution_str, str):
+        raise TypeError(f"solution_str must be a str, got {type(solution_str).__name__}")
+    if not isinstance(category, str) or not category:
+        raise ValueError("category must be a BFCL category name such as 'simple_python'")
+    if any(part in category for part in _BFCL_UNSUPPORTED):
+        raise ValueError(f"category {category!r}: only single-turn AST and relevance categories")
+    bfcl = _bfcl()
+    result = _bfcl_stored_result(bfcl, solution_str)
+    formats = bfcl["ReturnFormat"]
+    if bfcl["is_relevance"](category):
+        try:
+            decoded = bfcl["handler"].decode_ast(result, formats.PYTHON, False)
+            made_call = not bfcl["is_empty_output"](decoded)
+        except Exception:  # BFCL: a decoder failure means no function call
+            made_call = False
+        return made_call if "irrelevance" not in category else not made_call
+    functions = entry.get("function") if isinstance(entry, Mapping) else None
+    if not isinstance(functions, list) or not functions:
+        raise ValueError("entry must be a BFCL test entry with a non-empty 'function' list")
+    if not isinstance(possible_answer, Sequence) or isinstance(possible_answer, str):
+        raise ValueError("possible_answer must be the entry's BFCL ground_truth list")
+    languages = bfcl["Language"]
+    if bfcl["is_java"](category):
+        language, return_format = languages.JAVA, formats.JAVA
+    elif bfcl["is_js"](category):
+        language, return_format = languages.JAVASCRIPT, formats.JAVASCRIPT
+    else:
+        language, return_format = languages.PYTHON, formats.PYTHON
+    try:
+        decoded = bfcl["handler"].decode_ast(result, return_format, False)
+    except Exception:  # BFCL: "Invalid syntax. Failed to decode AST."
+        return False
+    if not bfcl["is_format_output"](decoded):
+        return False
+    try:
+        checked = bfcl["ast_checker"](
+            functions,
+            decoded,
+            list(possible_answer),
+            language,
+            category,
+            BFCL_QWEN_FC_MODEL.replace("/", "_"),
+        )
+    except Exception:  # BFCL's runner would stop here: it has no verdict, so no credit
+        return False
+    return bool(checked["valid"])

@@ -163,7 +163,7 @@ def test_function_calling_reward_as_verl_loads_it(compose):
 
     fn = get_custom_reward_fn(compose("egpo_function_calling"))
     truth = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
-    good = '<think>need weather</think><tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    good = '<think>need weather</think><tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     bad = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     assert (
         fn(data_source="fc", solution_str=good, ground_truth=truth, extra_info={})["score"] == 1.0

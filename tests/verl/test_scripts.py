@@ -134,7 +134,7 @@ def test_evaluate_score_and_table(tmp_path):
     from entropyrl.verl.evaluate import main
 
     truth = json.dumps([{"name": "f", "arguments": {"x": 1}}])
-    good = '<think>t</think><tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    good = '<think>t</think><tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
     rows = {
         "grpo": [(good, "test"), ("nope", "test"), ("nope", "bfcl_simple")],
         "egpo": [(good, "test"), (good, "test"), ("nope", "bfcl_simple")],
