@@ -10,8 +10,16 @@ Rows: ``data_source`` (default "function_calling"), ``prompt``, ``ability`` "fun
 ``reward_model = {"style": "rule", "ground_truth": <JSON string>}`` (``[{"name", "arguments"}]``,
 or BFCL possible answers ``[{"func": {"param": [values...]}}]``, ``[]`` = no call expected), and
 ``extra_info = {"split", "index", "source_id", "source_format", "tools": <JSON string>,
-"example_hash"}``. Ground truth and tools are JSON strings because their nested shapes differ
-from row to row and parquet needs one schema per column; ``compute_score`` accepts the string.
+"example_hash"}``, plus for BFCL rows ``"bfcl"``: the JSON string of ``{"id", "category",
+"function", "possible_answer"}`` as BFCL ships them (its own schema types and its unmodified
+possible answer), which ``bfcl_verdict`` needs to give BFCL's own verdict. Ground truth and tools
+are JSON strings because their nested shapes differ from row to row and parquet needs one schema
+per column; ``compute_score`` accepts the string.
+
+Rows the reward could never score fairly are rejected with the reason: a ground-truth call with
+a parameter its tool's schema does not define, and a BFCL parameter with no acceptable value
+(``[]``). Where a BFCL schema marks a parameter required, ``""`` ("may be omitted") is dropped
+from its acceptable values, as BFCL's checker rejects a missing required parameter.
 
 Selection and split follow the seed experiment (max_samples 1000, test_size 0.05, seed 42) but
 depend only on each example's content: the sha1 of its canonical JSON, salted with the seed, picks
@@ -23,8 +31,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "FORMATS",
     "FunctionCallingExample",
+    "bfcl_category",
     "example_from_bfcl",
     "example_from_messages",
     "example_from_xlam",
@@ -106,6 +116,8 @@ class FunctionCallingExample:
     messages: list[dict[str, str]]
     tools: list[dict[str, Any]]
     answer: list[dict[str, Any]]
+    # BFCL's own entry (id, category, function, possible_answer) for BFCL's checker; not content.
+    bfcl: dict[str, Any] | None = field(default=None, compare=False)
 
     def content_hash(self) -> int:
         """Order-independent identity of the example (its id is not part of it)."""
@@ -175,11 +187,37 @@ def _call(value: Any, where: str) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
+def _schema_parameters(function: Mapping[str, Any]) -> set[str] | None:
+    """Parameter names a tool schema defines; None when it does not say (no check then).
+
+    JSON Schema keeps them under ``properties``; xLAM writes a flat ``{param: {type, ...}}``.
+    """
+    parameters = function.get("parameters")
+    if not isinstance(parameters, Mapping):
+        return None
+    properties = parameters.get("properties")
+    if isinstance(properties, Mapping):
+        return set(properties)
+    if isinstance(parameters.get("type"), str):
+        return None  # JSON Schema without properties: nothing to check against
+    if all(isinstance(v, Mapping) for v in parameters.values()):
+        return set(parameters)  # xLAM (a parameter may itself be called "type")
+    return None
+
+
 def _check_known(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
-    known = {tool["function"]["name"] for tool in tools}
+    """Every call names a tool, and every argument is a parameter of that tool's schema."""
+    schemas = {tool["function"]["name"]: tool["function"] for tool in tools}
     for call in calls:
-        if call["name"] not in known:
+        if call["name"] not in schemas:
             raise RowError(f"answer calls {call['name']!r}, which is not among the tools")
+        known = _schema_parameters(schemas[call["name"]])
+        unknown = sorted(set(call.get("arguments", {})) - known) if known is not None else []
+        if unknown:
+            raise RowError(
+                f"answer gives {call['name']!r} parameter(s) {unknown} that its schema does "
+                "not define"
+            )
 
 
 def _text(value: Any, where: str) -> str:
@@ -284,8 +322,63 @@ def _bfcl_schema(value: Any) -> Any:
     return value
 
 
+def _bfcl_possible_answer(
+    possible_answer: Any, functions: list[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The answer to train on: checked against the schemas, "" dropped for required params."""
+    if not isinstance(possible_answer, list) or not all(
+        isinstance(entry, Mapping)
+        and len(entry) == 1
+        and isinstance(next(iter(entry.values())), Mapping)
+        for entry in possible_answer
+    ):
+        raise RowError("ground_truth: must be a list of {function: {param: [values]}}")
+    schemas = {f.get("name"): f for f in functions if isinstance(f, Mapping)}
+    answer = []
+    for entry in possible_answer:
+        ((name, params),) = entry.items()
+        if name not in schemas:
+            raise RowError(f"answer calls {name!r}, which is not among the tools")
+        schema = schemas[name].get("parameters")
+        schema = schema if isinstance(schema, Mapping) else {}
+        properties = schema.get("properties")
+        known = set(properties) if isinstance(properties, Mapping) else None
+        required = set(schema.get("required") or ())
+        kept = {}
+        for param, values in params.items():
+            if known is not None and param not in known:
+                raise RowError(
+                    f"ground_truth: {name!r} parameter {param!r} is not in the function's schema"
+                )
+            if not isinstance(values, list) or not values:
+                raise RowError(
+                    f"ground_truth: {name!r} parameter {param!r} has no acceptable value "
+                    f"({json.dumps(values)})"
+                )
+            if param in required:
+                values = [v for v in values if v != ""]
+                if not values:
+                    raise RowError(
+                        f"ground_truth: required {name!r} parameter {param!r} may only be omitted"
+                    )
+            kept[param] = values
+        answer.append({name: kept})
+    return answer
+
+
+_BFCL_FILE = re.compile(r"^BFCL_v\d+_(?P<category>.+)\.json$")
+
+
+def bfcl_category(file_name: str, entry_id: str = "") -> str:
+    """BFCL category of a data file (``BFCL_v4_live_simple.json``) or else of an entry id."""
+    match = _BFCL_FILE.match(file_name)
+    if match:
+        return match["category"]
+    return re.sub(r"_\d+(-\d+)*$", "", entry_id)
+
+
 def example_from_bfcl(
-    record: Mapping[str, Any], possible_answer: list[Any] | None
+    record: Mapping[str, Any], possible_answer: list[Any] | None, *, category: str = ""
 ) -> FunctionCallingExample:
     """BFCL question line plus its possible answer (None for irrelevance: no call expected)."""
     question = record.get("question")
@@ -314,14 +407,19 @@ def example_from_bfcl(
     tools = _tool_list([_bfcl_schema(function) for function in functions], "function")
     answer: list[Any] = []
     if possible_answer is not None:
-        if not isinstance(possible_answer, list) or not all(
-            isinstance(entry, Mapping) and len(entry) == 1 for entry in possible_answer
-        ):
-            raise RowError("ground_truth: must be a list of {function: {param: [values]}}")
-        answer = [dict(entry) for entry in possible_answer]
-        _check_known([{"name": next(iter(entry))} for entry in answer], tools)
+        answer = _bfcl_possible_answer(possible_answer, functions)
+    source_id = str(record.get("id", ""))
     return FunctionCallingExample(
-        source_id=str(record.get("id", "")), messages=messages, tools=tools, answer=answer
+        source_id=source_id,
+        messages=messages,
+        tools=tools,
+        answer=answer,
+        bfcl={
+            "id": source_id,
+            "category": category or bfcl_category("", source_id),
+            "function": functions,
+            "possible_answer": possible_answer,
+        },
     )
 
 
@@ -387,6 +485,16 @@ def _row(
         "role": "system",
         "content": render_tools_system(example.tools, own_system + system_prompt),
     }
+    extra_info = {
+        "split": split,
+        "index": index,
+        "source_id": example.source_id,
+        "source_format": fmt,
+        "tools": json.dumps(example.tools, ensure_ascii=False),
+        "example_hash": f"{content_hash:040x}",
+    }
+    if example.bfcl is not None:
+        extra_info["bfcl"] = json.dumps(example.bfcl, ensure_ascii=False)
     return {
         "data_source": data_source,
         "prompt": [system, *messages],
@@ -395,14 +503,7 @@ def _row(
             "style": "rule",
             "ground_truth": json.dumps(example.answer, ensure_ascii=False),
         },
-        "extra_info": {
-            "split": split,
-            "index": index,
-            "source_id": example.source_id,
-            "source_format": fmt,
-            "tools": json.dumps(example.tools, ensure_ascii=False),
-            "example_hash": f"{content_hash:040x}",
-        },
+        "extra_info": extra_info,
     }
 
 
@@ -447,7 +548,11 @@ def prepare_function_calling(
                 row_id = str(record.get("id", ""))
                 if answers is not None and row_id not in answers:
                     raise RowError(f"id {row_id!r} has no possible answer")
-                example = example_from_bfcl(record, None if answers is None else answers[row_id])
+                example = example_from_bfcl(
+                    record,
+                    None if answers is None else answers[row_id],
+                    category=bfcl_category(input_path.name, row_id),
+                )
         except RowError as error:
             rejects.add(line, str(error))
             continue

@@ -233,3 +233,131 @@ def test_verl_reads_the_parquet(xlam_file, tmp_path):
     assert prompt.startswith("<|im_start|>system\n" + DEFAULT_SYSTEM_PROMPT + "\n\n# Tools\n")
     assert "</tool_call><|im_end|>\n<|im_start|>user\n" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_bfcl_rows_the_reward_cannot_score_are_rejected_with_a_reason(bfcl_dir, tmp_path, writers):
+    """An empty acceptable list and a parameter outside the schema are data errors; a required
+    parameter loses its "" (BFCL rejects a missing required parameter); good rows are kept."""
+    function = {
+        "name": "area",
+        "parameters": {
+            "type": "dict",
+            "properties": {"base": {"type": "integer"}, "unit": {"type": "string"}},
+            "required": ["base"],
+        },
+    }
+    truths = {
+        "simple_0": [{"area": {"base": [3], "unit": ["cm", ""]}}],  # good
+        "simple_1": [{"area": {"base": [], "unit": ["cm"]}}],  # no acceptable value
+        "simple_2": [{"area": {"base": [3], "color": ["red"]}}],  # not in the schema
+        "simple_3": [{"area": {"base": [4, ""], "unit": [""]}}],  # required "" dropped
+        "simple_4": [{"area": {"base": [""]}}],  # required, may only be omitted
+        "simple_5": [{"volume": {"base": [3]}}],  # unknown function
+    }
+    questions = [
+        {
+            "id": key,
+            "question": [[{"role": "user", "content": f"Question {key}?"}]],
+            "function": [function],
+        }
+        for key in truths
+    ]
+    answers = [{"id": key, "ground_truth": truth} for key, truth in truths.items()]
+    root = tmp_path / "bfcl"
+    writers.lines(root / "BFCL_v4_simple_python.json", questions)
+    writers.lines(root / "possible_answer" / "BFCL_v4_simple_python.json", answers)
+    out = tmp_path / "out"
+    summary = prepare_function_calling(
+        root / "BFCL_v4_simple_python.json", out, fmt="bfcl", test_size=0
+    )
+    assert (summary["rows_valid"], summary["rows_rejected"]) == (2, 4)
+    reasons = {
+        r["line"]: r["reason"]
+        for r in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())
+    }
+    assert "'base' has no acceptable value ([])" in reasons[2]
+    assert "'color' is not in the function's schema" in reasons[3]
+    assert "required 'area' parameter 'base' may only be omitted" in reasons[5]
+    assert "'volume', which is not among the tools" in reasons[6]
+    rows = {r["extra_info"]["source_id"]: r for r in read_rows(out / "train.parquet")}
+    assert set(rows) == {"simple_0", "simple_3"}
+    truth = rows["simple_3"]["reward_model"]["ground_truth"]
+    assert json.loads(truth) == [{"area": {"base": [4], "unit": [""]}}]
+    assert compute_score(answer_for(truth), truth) == 1.0
+    omitted = (
+        "<think>r</think>\n<tool_call>\n"
+        + json.dumps({"name": "area", "arguments": {}})
+        + "\n</tool_call>"
+    )
+    assert compute_score(omitted, truth) == 0.0
+    # BFCL's own entry travels with the row, unmodified, for BFCL's checker.
+    entry = json.loads(rows["simple_3"]["extra_info"]["bfcl"])
+    assert entry == {
+        "id": "simple_3",
+        "category": "simple_python",
+        "function": [function],
+        "possible_answer": truths["simple_3"],
+    }
+
+
+@pytest.mark.parametrize("fmt", ["xlam", "messages"])
+def test_answers_with_parameters_outside_the_schema_are_rejected(fmt, tmp_path, writers):
+    if fmt == "xlam":
+        tool = {
+            "name": "get_weather",
+            "parameters": {"city": {"type": "str"}, "type": {"type": "str"}},
+        }
+        rows = [
+            {
+                "id": i,
+                "query": f"Weather {i}?",
+                "tools": json.dumps([tool]),
+                "answers": json.dumps([{"name": "get_weather", "arguments": arguments}]),
+            }
+            for i, arguments in enumerate([{"city": "Oslo", "type": "now"}, {"town": "Oslo"}])
+        ]
+    else:
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+        rows = [
+            {
+                "messages": [
+                    {"role": "user", "content": f"Weather {i}?"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": json.dumps(a)},
+                            }
+                        ],
+                    },
+                ],
+                "tools": [tool],
+            }
+            for i, a in enumerate([{"city": "Oslo"}, {"town": "Oslo"}])
+        ]
+    path = writers.lines(tmp_path / "in.jsonl", rows)
+    summary = prepare_function_calling(path, tmp_path / "out", fmt=fmt, test_size=0)
+    assert (summary["rows_valid"], summary["rows_rejected"]) == (1, 1)
+    assert "parameter(s) ['town'] that its schema does not define" in summary["first_rejects"][0]
+
+
+@pytest.mark.parametrize(
+    "name, entry_id, category",
+    [
+        ("BFCL_v4_live_simple.json", "live_simple_165-98-0", "live_simple"),
+        ("BFCL_v4_simple_python.json", "simple_python_96", "simple_python"),
+        ("data.json", "live_parallel_multiple_3-2-1", "live_parallel_multiple"),
+        ("data.json", "multiple_119", "multiple"),
+    ],
+)
+def test_bfcl_category(name, entry_id, category):
+    from entropyrl.data.function_calling import bfcl_category
+
+    assert bfcl_category(name, entry_id) == category
