@@ -269,6 +269,7 @@ class Sandbox:
                 start_new_session=True,
                 close_fds=True,
             )
+            stop: str | None = "error"
             try:
                 stdout, stderr, stop = _communicate(
                     process,
@@ -277,7 +278,10 @@ class Sandbox:
                     max_output=limits.max_output_bytes,
                 )
             finally:
-                _kill_session(process.pid, scan=not self.prefix)
+                # With the guard on and the program gone by itself nothing else can exist (fork is
+                # refused); otherwise look for stragglers (a few ms of reading /proc).
+                clean_exit = stop is None and process.poll() is not None
+                _kill_session(process.pid, scan=not (self.guard and clean_exit))
                 returncode = process.wait()
                 for stream in (process.stdin, process.stdout, process.stderr):
                     if stream is not None and not stream.closed:
@@ -358,10 +362,10 @@ def _classify(stop: str | None, returncode: int, stderr: str) -> str:
         return "cpu_limit"
     if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
         return "cpu_limit"
-    if returncode < 0 or returncode > 128:
-        return "killed"
     if DENIED_MARKER in stderr:
         return "denied"
+    if returncode < 0 or returncode > 128:
+        return "killed"
     if "MemoryError" in stderr:
         return "memory_limit"
     return "error"
@@ -370,21 +374,26 @@ def _classify(stop: str | None, returncode: int, stderr: str) -> str:
 def _kill_session(pid: int, *, scan: bool) -> None:
     """SIGKILL the run's process group; with `scan`, every descendant and session member too.
 
-    The group is the session the child was started in. Without a PID namespace a process could
-    have moved to a new group or session, so /proc is searched (while its parent still lives,
-    before anything is reparented) for the leader's descendants as well.
+    The group is the session the child was started in, but a process may have moved to a new
+    group or session (only possible with the guard off, which refuses fork), so `scan` searches
+    /proc for the leader's descendants while their parents still live (before anything is
+    reparented), kills them, and waits until they are gone.
     """
     victims = run_processes(pid) if scan else []
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, signal.SIGKILL)
-    for _ in range(3 if scan else 0):
+    if not scan:
+        return
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
         for other in victims:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(other, signal.SIGKILL)
-        victims = run_processes(pid, also=victims)
+        victims = [other for other in run_processes(pid, also=victims) if other != pid]
         if not victims:
             return
+        time.sleep(0.01)
 
 
 def run_processes(leader: int, also: list[int] | None = None) -> list[int]:

@@ -366,7 +366,21 @@ def find_callable(namespace: dict, fn_name: str) -> object:
     raise NameError(f"function {fn_name!r} not found in the program")
 
 
+def run_below_init() -> None:
+    """In a PID namespace this process is its init, which ignores every signal it has no handler
+    for, even the SIGKILL of its own CPU hard limit: fork, let the child run the program, and
+    exit with its status (the namespace, and anything left in it, dies with this process)."""
+    child = os.fork()
+    if child == 0:
+        return
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def main(argv: list[str]) -> None:
+    if os.getpid() == 1:
+        run_below_init()
     config = json.loads(argv[1])
     workdir = os.path.realpath(os.getcwd())
     with open("program.py", encoding="utf-8") as handle:
