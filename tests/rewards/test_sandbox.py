@@ -113,7 +113,8 @@ def test_sleeping_program_is_killed_at_the_wall_limit(runs_root, isolation):
     ids=["one-block", "growing"],
 )
 def test_huge_allocation_hits_the_memory_limit(runs_root, code):
-    result = make(runs_root).run(code)
+    # CPU room to spare: filling 256 MB must not race the CPU limit on a loaded machine.
+    result = make(runs_root, cpu_seconds=30, memory_mb=256).run(code)
     assert result.status in ("memory_limit", "killed")
     assert not result.ok
 
