@@ -1,4 +1,4 @@
-"""``entropyrl prepare coco|fc``: dataset converters on the command line.
+"""``entropyrl prepare coco|fc|mixed-debug``: dataset converters on the command line.
 
 Top-level imports stay light (argparse only) so ``entropyrl --help`` is fast; the converters
 and pyarrow load when a command runs. Exit codes: 0 done, 2 missing or malformed input.
@@ -75,6 +75,19 @@ def register(subparsers: Any) -> None:
     fc.add_argument("--data-source", default="function_calling", help="data_source column")
     fc.set_defaults(func=_run_fc)
 
+    mixed = commands.add_parser(
+        "mixed-debug",
+        help="a small generated math + code set (train/val parquet) for dry runs",
+        description="Generated math (fractions, percentages, equations) and code (stdin and "
+        "function-call tests in verl's formats) rows, alternating, with `ability` in each row "
+        "and a reference answer in extra_info -> train.parquet / val.parquet.",
+    )
+    mixed.add_argument("--out", required=True, help="output folder")
+    mixed.add_argument("--train-size", type=int, default=32, help="train rows (32)")
+    mixed.add_argument("--val-size", type=int, default=8, help="val rows (8)")
+    mixed.add_argument("--seed", type=int, default=0, help="generator seed (0)")
+    mixed.set_defaults(func=_run_mixed_debug)
+
     prepare.set_defaults(func=lambda args: _usage(prepare))
 
 
@@ -111,6 +124,20 @@ def _run_coco(args: argparse.Namespace) -> int:
             chair_ground_truth=not args.no_chair,
         )
     except InputFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    _report(summary)
+    return 0
+
+
+def _run_mixed_debug(args: argparse.Namespace) -> int:
+    from entropyrl.data.mixed_debug import prepare_mixed_debug
+
+    try:
+        summary = prepare_mixed_debug(
+            args.out, train_size=args.train_size, val_size=args.val_size, seed=args.seed
+        )
+    except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     _report(summary)
