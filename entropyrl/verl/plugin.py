@@ -4,24 +4,39 @@ verl imports this module at the end of `import verl` in every process (driver, T
 Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing it registers:
 - advantage estimators `egpo`, `egpo_ratio`, `entropy_adv`, `maxent_grpo`;
 - the policy loss `per_sample_clip`;
-- the trainer `trainer.v1.trainer_mode=entropyrl`.
+- the trainer `trainer.v1.trainer_mode=entropyrl`;
+- the rollout `actor_rollout_ref.rollout.name=hf` (transformers `generate`, for CPU runs);
+- the platform `cpu` (selected with `VERL_PLATFORM=cpu`); when it is selected, the CPU backend
+  fixes of `entropyrl.verl.cpu_backend` are installed too.
 verl logs plugin import errors at DEBUG level only, so `check_registrations()` verifies the
 registries and `entropyrl doctor` reports them.
 """
 
 from __future__ import annotations
 
-from entropyrl.verl import estimators, loss, trainer
+# The platform first: verl's FSDP engine module asks for it on import, and the trainer imports it.
+from entropyrl.verl import cpu_platform
+
+# isort: split
+from entropyrl.verl import cpu_backend, estimators, hf_rollout, loss, trainer
+
+hf_rollout.register()
+if cpu_platform.cpu_selected():
+    cpu_backend.install()
 
 ESTIMATORS: tuple[str, ...] = estimators.ESTIMATORS
 POLICY_LOSSES: tuple[str, ...] = (loss.LOSS_NAME,)
 TRAINERS: tuple[str, ...] = (trainer.TRAINER_MODE,)
+ROLLOUTS: tuple[str, ...] = (hf_rollout.ROLLOUT_NAME,)
+PLATFORMS: tuple[str, ...] = (cpu_platform.PLATFORM_NAME,)
 
 
 def registrations() -> dict[str, dict[str, bool]]:
     """What verl's registries hold of ours: {kind: {name: registered}}."""
+    from verl.plugin.platform import PlatformRegistry
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     return {
         "advantage_estimators": {
@@ -29,6 +44,8 @@ def registrations() -> dict[str, dict[str, bool]]:
         },
         "policy_losses": {name: name in core_algos.POLICY_LOSS_REGISTRY for name in POLICY_LOSSES},
         "trainers": {name: name in trainer_base.TRAINER_REGISTRY for name in TRAINERS},
+        "rollouts": {name: name in RolloutReplicaRegistry._registry for name in ROLLOUTS},
+        "platforms": {name: PlatformRegistry.get(name) is not None for name in PLATFORMS},
     }
 
 

@@ -73,6 +73,18 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     _think_ids: tuple[list[int], list[int]] | None = None
 
+    # verl keys its synchronous behaviour on the literal mode name "sync" (replay buffer, prompt
+    # refill, TransferQueue checkpoints, `trainer.v1.<mode>.*` settings); any other name gets the
+    # asynchronous ones. This trainer is the sync trainer plus a hook, so it reports "sync".
+    @property
+    def trainer_mode(self) -> str:
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        # verl's __init__ assigns the configured name (`entropyrl`); the behaviour stays sync.
+        del value
+
     def think_ids(self) -> tuple[list[int], list[int]]:
         if self._think_ids is None:
             self._think_ids = think_tag_ids(self.tokenizer)

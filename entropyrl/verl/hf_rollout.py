@@ -1,0 +1,461 @@
+"""`actor_rollout_ref.rollout.name=hf`: a transformers `generate` rollout server for verl 0.9.1.
+
+verl's v1 trainer only generates through rollout servers (vLLM, SGLang, TensorRT-LLM), none of
+which runs on a CPU. This rollout keeps verl's server protocol and swaps the engine for
+transformers:
+
+- `HFRolloutServer` (a Ray actor, one per replica) loads the policy from the model path and
+  answers verl's token-in/token-out `generate` (tokens, log-probs of the sampled tokens at the
+  sampling temperature, `extra_fields["global_steps"]`), for text and Qwen2-VL image prompts.
+  Concurrent requests are decoded together in small batches.
+- `HFRolloutReplica` launches that server for verl's `LLMServerManager` (hybrid mode: it shares
+  the node with the actor workers and owns no accelerator).
+- `HFServerAdapter` is the rollout object inside each actor worker: on verl's weight sync it
+  gathers the full parameters (every rank iterates the generator, the gather is collective) and
+  the replica's first rank sends them to its server.
+
+It is meant for CPU smoke runs and tests of the real trainer, not for throughput: GPU users keep
+vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+ROLLOUT_NAME = "hf"
+_SERVER_PREFIX = "hf_server_"
+# Tokens a policy must never emit: a sampled vision placeholder breaks the actor's next forward
+# ("image features and image tokens do not match"). vLLM has no such guard; a trained Qwen-VL
+# never samples these, a small policy early in training can.
+_FORBIDDEN_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+
+
+def server_name(replica_rank: int, node_rank: int = 0) -> str:
+    return f"{_SERVER_PREFIX}{replica_rank}_{node_rank}"
+
+
+def _load_policy(path: str, trust_remote_code: bool) -> Any:
+    """The policy from a local checkpoint folder, float32 on the CPU, eval mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    vision = getattr(config, "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(
+        path,
+        dtype=torch.float32,
+        attn_implementation="sdpa",
+        trust_remote_code=trust_remote_code,
+    )
+    model.eval()
+    return model
+
+
+def _sampling_kwargs(sampling_params: dict[str, Any]) -> dict[str, Any]:
+    """transformers `generate` arguments for verl's sampling params (vLLM conventions)."""
+    temperature = float(sampling_params.get("temperature", 1.0))
+    top_p = float(sampling_params.get("top_p", 1.0))
+    top_k = int(sampling_params.get("top_k", -1))
+    if temperature <= 0:
+        return {"do_sample": False}
+    return {
+        "do_sample": True,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k if top_k > 0 else 0,
+    }
+
+
+class HFRolloutServer:
+    """verl's rollout-server protocol answered by transformers `generate` (one process)."""
+
+    def __init__(
+        self,
+        config: Any,
+        model_config: Any,
+        rollout_mode: Any = None,
+        workers: Sequence[Any] = (),
+        replica_rank: int = 0,
+        node_rank: int = 0,
+        **_: Any,
+    ) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+
+        self.config = omega_conf_to_dataclass(config)
+        self.model_config = omega_conf_to_dataclass(model_config)
+        self.replica_rank = replica_rank
+        self.node_rank = node_rank
+        self.rollout_mode = rollout_mode
+        self.global_steps: int | None = None
+        threads = int(os.environ.get("ENTROPYRL_ROLLOUT_THREADS", "0") or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.model = _load_policy(self.model_config.local_path, self.model_config.trust_remote_code)
+        self.tokenizer = self.model_config.tokenizer
+        self.processor = self.model_config.processor
+        generation = self.model.generation_config
+        eos = generation.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
+            eos.append(self.tokenizer.eos_token_id)
+        self.eos_ids = eos
+        self.pad_id = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else (eos[0] if eos else 0)
+        )
+        vocab = self.tokenizer.get_vocab()
+        self.forbidden_ids = sorted({vocab[token] for token in _FORBIDDEN_TOKENS if token in vocab})
+        self.image_token_id = vocab.get("<|image_pad|>")
+        self.max_batch = max(1, int(os.environ.get("ENTROPYRL_ROLLOUT_BATCH", "16")))
+        self._queue: list[tuple[dict[str, Any], asyncio.Future]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self.requests_served = 0
+
+    # -- verl's server protocol -------------------------------------------------------------
+
+    def get_server_address(self) -> tuple[str, int]:
+        # No HTTP endpoint: verl's token-in/token-out path calls `generate` on the actor handle.
+        return ray.util.get_node_ip_address().strip("[]"), 0
+
+    def get_master_address(self) -> tuple[None, None, None]:
+        return None, None, None
+
+    async def launch_server(self, **_: Any) -> None:
+        return None
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        audio_data: list[Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        priority: int = 0,
+        **_: Any,
+    ) -> TokenOutput:
+        """Sample one response for `prompt_ids` (images as PIL, as verl's agent loop passes them)."""
+        del request_id, priority, mm_processor_kwargs
+        if video_data is not None or audio_data is not None:
+            raise NotImplementedError("the hf rollout handles text and image prompts only")
+        prompt_ids = [int(token) for token in prompt_ids]
+        params = dict(sampling_params)
+        max_possible = int(self.config.max_model_len or 10**9) - len(prompt_ids)
+        if "max_tokens" in params:
+            max_tokens = int(params.pop("max_tokens"))
+        elif "max_new_tokens" in params:
+            max_tokens = int(params.pop("max_new_tokens"))
+        else:
+            max_tokens = min(
+                self.config.response_length,
+                self.config.prompt_length + self.config.response_length - len(prompt_ids),
+            )
+        max_tokens = max(1, min(max_tokens, max_possible))
+        request = {
+            "prompt_ids": prompt_ids,
+            "images": list(image_data) if image_data else None,
+            "max_tokens": max_tokens,
+            "sampling": _sampling_kwargs(params),
+            "temperature": float(params.get("temperature", 1.0)),
+        }
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._queue.append((request, future))
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        self._wakeup.set()
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._serve())
+        token_ids, log_probs = await future
+        self.requests_served += 1
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},
+        )
+
+    async def _serve(self) -> None:
+        """Decode queued requests in batches of equal sampling settings, one batch at a time."""
+        assert self._wakeup is not None
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=5.0)
+                except asyncio.TimeoutError:
+                    if not self._queue:
+                        return
+                continue
+            # Let concurrent submissions of the same step arrive before decoding.
+            await asyncio.sleep(0.01)
+            batch = self._take_batch()
+            try:
+                async with self._lock:
+                    results = await asyncio.to_thread(self._decode, [r for r, _ in batch])
+            except Exception as error:  # every waiter gets the error, none hangs
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for (_, future), result in zip(batch, results):
+                if not future.done():
+                    future.set_result(result)
+
+    def _take_batch(self) -> list[tuple[dict[str, Any], asyncio.Future]]:
+        first, _ = self._queue[0]
+        key = (repr(first["sampling"]), first["max_tokens"], first["images"] is None)
+        batch, rest = [], []
+        for item in self._queue:
+            request = item[0]
+            same = (
+                repr(request["sampling"]),
+                request["max_tokens"],
+                request["images"] is None,
+            ) == key
+            if same and len(batch) < self.max_batch:
+                batch.append(item)
+            else:
+                rest.append(item)
+        self._queue = rest
+        return batch
+
+    @torch.no_grad()
+    def _decode(self, requests: list[dict[str, Any]]) -> list[tuple[list[int], list[float]]]:
+        """Left-padded batched `generate`; log-probs of the sampled tokens at the temperature."""
+        lengths = [len(r["prompt_ids"]) for r in requests]
+        width = max(lengths)
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):
+            ids = torch.tensor(request["prompt_ids"], dtype=torch.long)
+            input_ids[row, width - len(ids) :] = ids
+            attention[row, width - len(ids) :] = 1
+        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention}
+        images = [image for r in requests for image in (r["images"] or [])]
+        if images:
+            inputs.update(self._image_inputs(images, input_ids))
+        else:
+            # Text models read positions from here; left padding must not shift them.
+            inputs["position_ids"] = (attention.cumsum(dim=1) - 1).clamp_min(0)
+        first = requests[0]
+        output = self.model.generate(
+            **inputs,
+            max_new_tokens=first["max_tokens"],
+            eos_token_id=self.eos_ids or None,
+            pad_token_id=self.pad_id,
+            suppress_tokens=self.forbidden_ids or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+            use_cache=True,
+            **first["sampling"],
+        )
+        sequences = output.sequences[:, width:]
+        temperature = first["temperature"] if first["temperature"] > 0 else 1.0
+        logits = torch.stack(output.logits, dim=1).float() / temperature
+        log_probs = (
+            torch.log_softmax(logits, dim=-1).gather(-1, sequences.unsqueeze(-1)).squeeze(-1)
+        )
+        results = []
+        for row in range(len(requests)):
+            tokens = sequences[row].tolist()
+            end = len(tokens)
+            for position, token in enumerate(tokens):
+                if token in self.eos_ids:
+                    end = position + 1  # the end-of-turn token is part of the response, as in vLLM
+                    break
+            results.append((tokens[:end], log_probs[row, :end].tolist()))
+        return results
+
+    def _image_inputs(self, images: list[Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.processor is None or getattr(self.processor, "image_processor", None) is None:
+            raise ValueError("image prompts need the model's processor (none was loaded)")
+        features = self.processor.image_processor(images=images, return_tensors="pt")
+        extra = {
+            "pixel_values": features["pixel_values"],
+            "image_grid_thw": features["image_grid_thw"],
+        }
+        if self.image_token_id is not None:
+            extra["mm_token_type_ids"] = (input_ids == self.image_token_id).long()
+        return extra
+
+    async def update_weights(
+        self, state: dict[str, torch.Tensor], global_steps: int | None
+    ) -> None:
+        """Load the trainer's full parameters (names as the FSDP engine exports them)."""
+        async with self._lock:
+            missing, unexpected = await asyncio.to_thread(self._load_state, state)
+        if unexpected:
+            raise RuntimeError(
+                f"hf rollout: {len(unexpected)} weights do not match the policy, e.g. {unexpected[:5]}"
+            )
+        if missing:
+            raise RuntimeError(
+                f"hf rollout: {len(missing)} policy weights were not sent, e.g. {missing[:5]}"
+            )
+        if global_steps is not None:
+            self.global_steps = global_steps
+
+    def _load_state(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        own = self.model.state_dict()
+        unexpected = [name for name in state if name not in own]
+        tied = {name for name in own if name.endswith("lm_head.weight")}
+        missing = [name for name in own if name not in state and name not in tied]
+        with torch.no_grad():
+            for name, tensor in state.items():
+                if name in own:
+                    own[name].copy_(tensor.to(own[name].dtype))
+        return missing, unexpected
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None
+
+    async def sleep(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def wait_for_requests_to_drain(self) -> None:
+        while self._queue or self._lock.locked():
+            await asyncio.sleep(0.01)
+
+    async def abort_all_requests(self, **_: Any) -> dict[str, Any]:
+        # Sync training never aborts; requests in flight finish (they are short on a CPU).
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def abort_request(self, request_id: str, **_: Any) -> dict[str, Any]:
+        return {"aborted": False, "request_id": request_id}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def resume_engine_generation(self) -> None:
+        return None
+
+    async def open_submission_gate(self) -> None:
+        return None
+
+    async def start_profile(self, **_: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        return {"requests_served": self.requests_served, "global_steps": self.global_steps}
+
+
+class HFRolloutReplica(RolloutReplica):
+    """One `HFRolloutServer` per replica, beside the replica's actor workers."""
+
+    async def launch_servers(self) -> None:
+        if not self.workers:
+            raise RuntimeError("the hf rollout runs in hybrid mode only (beside the actor workers)")
+        node_ids = await asyncio.gather(
+            *[
+                worker.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+                for worker in self.workers[:1]
+            ]
+        )
+        server = (
+            ray.remote(HFRolloutServer)
+            .options(
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=node_ids[0], soft=False
+                ),
+                name=server_name(self.replica_rank),
+                num_cpus=0,
+                max_concurrency=self.max_concurrency,
+            )
+            .remote(
+                config=self.config,
+                model_config=self.model_config,
+                rollout_mode=self.rollout_mode,
+                workers=self.workers,
+                replica_rank=self.replica_rank,
+                node_rank=0,
+            )
+        )
+        self.servers = [server]
+        address, port = await server.get_server_address.remote()
+        self._server_handle = server
+        self._server_address = f"{address}:{port}"
+
+
+class HFServerAdapter(BaseRollout):
+    """The rollout object inside each actor worker: forwards weight syncs to the replica's server."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.rollout_rank = rank % world
+        self._server: Any = None
+
+    def _server_handle(self) -> Any:
+        if self._server is None:
+            self._server = ray.get_actor(server_name(self.replica_rank))
+        return self._server
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    @torch.no_grad()
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        **_: Any,
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"the hf rollout takes full tensors, not {wire_format!r}")
+        sender = self.rollout_rank == 0
+        state: dict[str, torch.Tensor] = {}
+        for name, tensor in weights:  # every rank iterates: the full-tensor gather is collective
+            if sender:
+                state[name] = tensor.detach().to("cpu", copy=True)
+        if sender:
+            await self._server_handle().update_weights.remote(state, global_steps)
+
+
+def register() -> None:
+    """Make `rollout.name=hf` known to verl's replica registry and worker-side rollout registry."""
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFRolloutReplica)
+    # verl 0.9.1 keeps the worker-side table private (`_ROLLOUT_REGISTRY`); `entropyrl doctor`
+    # checks it is still there.
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFServerAdapter"
