@@ -76,3 +76,12 @@ def test_chair_benchmark_runs_on_parity_shaped_data(tmp_path):
     for section in ("### CHAIR parity", "### Scoring time per caption", "### HTTP round trip"):
         assert section in result.stdout, section
     assert "captions/s" in result.stdout
+
+
+def test_sandbox_benchmark_runs_every_variant():
+    pytest.importorskip("math_verify")
+    result = run_benchmark("sandbox.py", "--programs", "4", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    for row in ("plain `subprocess.run", "`Sandbox.run`, no namespaces", "`hybrid.compute_score`"):
+        assert row in result.stdout, row
+    assert "Math route" in result.stdout
