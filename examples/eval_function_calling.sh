@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # GRPO vs EGPO on function calling: merge each run's last verl checkpoint into a Hugging Face
 # model (verl's model merger), generate greedily on the test split and on every BFCL category,
-# score with the strict reward used in training, and write a markdown comparison table.
+# score each generation twice and write a markdown comparison table of both:
+#   strict accuracy: the binary reward used in training (exact values, <think> + Qwen's
+#                    <tool_call>\n{...}\n</tool_call> layout);
+#   BFCL accuracy:   BFCL rows only, BFCL's own Qwen FC decoder and ast_checker on the same
+#                    generation (comparable with the leaderboard's checker, not its prompts);
+#                    needs the bfcl extra (README), otherwise left out with a note.
 #
 # usage: bash examples/eval_function_calling.sh [--dry-run]
 #
@@ -14,6 +19,7 @@
 #                 --data-source bfcl_<category>`, one <category>/test.parquet or *.parquet each)
 #   OUT_DIR       results (default eval/function_calling): merged models, generations, table.md
 #   MAX_NEW_TOKENS, TP  generation length (default 8192) and tensor-parallel size (default 1)
+#   BFCL_CHECK    auto (default: BFCL accuracy when bfcl-eval is installed), require, or off
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -26,6 +32,7 @@ DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
 OUT_DIR="${OUT_DIR:-$ER_ROOT/eval/function_calling}"
 MAX_NEW_TOKENS="${MAX_NEW_TOKENS:-8192}"
 TP="${TP:-1}"
+BFCL_CHECK="${BFCL_CHECK:-auto}"
 
 er_require_gpu
 er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
@@ -69,7 +76,7 @@ for run in $RUNS; do
       --out "$OUT_DIR/$run/$name.jsonl" --max-new-tokens "$MAX_NEW_TOKENS" --tensor-parallel-size "$TP"
     generations+=("$OUT_DIR/$run/$name.jsonl")
   done
-  er_run "$ER_PYTHON" -m entropyrl.verl.evaluate score --name "$run" \
+  er_run "$ER_PYTHON" -m entropyrl.verl.evaluate score --name "$run" --bfcl "$BFCL_CHECK" \
     --generations "${generations[@]}" --out "$OUT_DIR/$run/result.json"
   results+=(--result "${run^^}=$OUT_DIR/$run/result.json")
 done

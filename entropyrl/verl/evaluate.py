@@ -5,8 +5,14 @@
     python -m entropyrl.verl.evaluate table --result GRPO=grpo.json --result EGPO=egpo.json
 
 `generate` needs vLLM and a GPU (greedy decoding, the chat template of the merged model); `score`
-and `table` are plain Python. Scores use the same strict binary reward as training, so a row is
-correct only with `<think>...</think>` followed by exactly the expected calls.
+and `table` are plain Python. Two accuracies are reported:
+
+- strict: the binary reward of training (`compute_score`): `<think>...</think>`, then exactly the
+  expected calls in Qwen's `<tool_call>\n{...}\n</tool_call>` layout, values exact;
+- BFCL: for rows converted from BFCL (`entropyrl prepare fc --format bfcl` keeps BFCL's entry), the
+  verdict of BFCL's own checker on the same generation (`bfcl_verdict`: BFCL's Qwen FC decoder,
+  then `ast_checker`), which lower-cases strings, ignores spaces and `,./-_*^` in them and needs
+  no reasoning block. Needs the `bfcl` extra; without it the BFCL column is left out with a note.
 """
 
 from __future__ import annotations
@@ -32,16 +38,60 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def score_rows(rows: Iterable[Mapping[str, Any]], *, name: str = "") -> dict[str, Any]:
-    """Strict accuracy overall and per `data_source` (e.g. one BFCL category per source).
+def _bfcl_entry(row: Mapping[str, Any], number: int) -> dict[str, Any] | None:
+    """BFCL's entry kept by the converter (a JSON string or a mapping), or None."""
+    entry = row.get("bfcl")
+    if entry is None:
+        return None
+    if isinstance(entry, str):
+        try:
+            entry = json.loads(entry)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"generation row {number}: field 'bfcl' is not JSON ({error})"
+            ) from None
+    if not isinstance(entry, Mapping) or not {"category", "function"} <= set(entry):
+        raise ValueError(f"generation row {number}: field 'bfcl' needs 'category' and 'function'")
+    return dict(entry)
 
-    Each row needs `response` and `ground_truth`; `data_source` defaults to "all".
+
+def bfcl_available() -> tuple[bool, str]:
+    """Whether BFCL's checker imports here, and why not."""
+    from entropyrl.rewards.function_calling import _bfcl
+
+    try:
+        _bfcl()
+    except ImportError as error:
+        return False, str(error)
+    return True, ""
+
+
+def score_rows(
+    rows: Iterable[Mapping[str, Any]], *, name: str = "", bfcl: str = "auto"
+) -> dict[str, Any]:
+    """Strict accuracy, and BFCL accuracy where rows carry BFCL's entry, overall and per source.
+
+    Each row needs `response` and `ground_truth`; `data_source` defaults to "all"; `bfcl` is
+    BFCL's entry as `entropyrl prepare fc --format bfcl` keeps it. `bfcl`: "auto" scores BFCL
+    accuracy when the checker is installed (else a note says why not), "require" makes a missing
+    checker an error, "off" skips it.
     """
-    from entropyrl.rewards.function_calling import compute_score
+    from entropyrl.rewards.function_calling import bfcl_verdict, compute_score
 
+    if bfcl not in ("auto", "require", "off"):
+        raise ValueError(f"bfcl must be auto, require or off, got {bfcl!r}")
+    rows = list(rows)
+    entries = [_bfcl_entry(row, number) for number, row in enumerate(rows, 1)]
+    use_bfcl, note = bfcl != "off" and any(e is not None for e in entries), ""
+    if use_bfcl:
+        use_bfcl, note = bfcl_available()
+        if not use_bfcl and bfcl == "require":
+            raise SystemExit(note)
     correct: dict[str, int] = defaultdict(int)
     total: dict[str, int] = defaultdict(int)
-    for number, row in enumerate(rows, 1):
+    bfcl_correct: dict[str, int] = defaultdict(int)
+    bfcl_total: dict[str, int] = defaultdict(int)
+    for number, (row, entry) in enumerate(zip(rows, entries), 1):
         for field in ("response", "ground_truth"):
             if field not in row:
                 raise ValueError(f"generation row {number} has no field {field!r}")
@@ -49,8 +99,14 @@ def score_rows(rows: Iterable[Mapping[str, Any]], *, name: str = "") -> dict[str
         score = float(compute_score(row["response"], row["ground_truth"]))
         total[source] += 1
         correct[source] += int(score == 1.0)
+        if use_bfcl and entry is not None:
+            verdict = bfcl_verdict(
+                row["response"], entry, entry.get("possible_answer"), entry["category"]
+            )
+            bfcl_total[source] += 1
+            bfcl_correct[source] += int(verdict)
     n = sum(total.values())
-    return {
+    result: dict[str, Any] = {
         "name": name,
         "n": n,
         "accuracy": sum(correct.values()) / n if n else float("nan"),
@@ -59,10 +115,33 @@ def score_rows(rows: Iterable[Mapping[str, Any]], *, name: str = "") -> dict[str
             for source in sorted(total)
         },
     }
+    if bfcl_total:
+        n_bfcl = sum(bfcl_total.values())
+        result["bfcl"] = {
+            "n": n_bfcl,
+            "accuracy": sum(bfcl_correct.values()) / n_bfcl,
+            "by_source": {
+                source: {"n": bfcl_total[source], "accuracy": bfcl_correct[source] / count}
+                for source, count in sorted(bfcl_total.items())
+            },
+        }
+    if note:
+        result["bfcl_note"] = f"BFCL accuracy not computed: {note}"
+    return result
 
 
 def comparison_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """Markdown table: one row per evaluation set, one accuracy column per run (in %)."""
+    """Markdown: strict accuracy per evaluation set and run (in %), then, where any run has it,
+    the same table of BFCL accuracy (BFCL's own checker, BFCL rows only)."""
+    text = _accuracy_table(results)
+    with_bfcl = [(name, result["bfcl"]) for name, result in results if result.get("bfcl")]
+    if with_bfcl:
+        text += "\nBFCL accuracy (BFCL's own checker on the same generations, BFCL rows only):\n\n"
+        text += _accuracy_table(with_bfcl)
+    return text
+
+
+def _accuracy_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     sources = sorted({source for _, result in results for source in result["by_source"]})
     header = "| eval set | n | " + " | ".join(name for name, _ in results) + " |"
     rule = "|---|---:|" + "---:|" * len(results)
@@ -119,12 +198,15 @@ def generate(
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as handle:
         for row, output in zip(table, outputs):
+            extra = row.get("extra_info") or {}
             record = {
                 "data_source": row.get("data_source"),
-                "index": (row.get("extra_info") or {}).get("index"),
+                "index": extra.get("index"),
                 "ground_truth": row["reward_model"]["ground_truth"],
                 "response": output.outputs[0].text,
             }
+            if extra.get("bfcl"):
+                record["bfcl"] = extra["bfcl"]  # BFCL's entry, for BFCL's checker
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(table)
 
@@ -143,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     score.add_argument("--generations", required=True, nargs="+", help="JSON lines files")
     score.add_argument("--name", default="")
     score.add_argument("--out", required=True, help="result JSON")
+    score.add_argument(
+        "--bfcl",
+        choices=("auto", "require", "off"),
+        default="auto",
+        help="BFCL accuracy of BFCL rows with BFCL's checker: auto = when installed (default)",
+    )
     table = commands.add_parser("table", help="markdown comparison of result files")
     table.add_argument("--result", action="append", required=True, metavar="NAME=FILE")
     table.add_argument("--out", default=None, help="also write the table here")
@@ -160,9 +248,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{n} generations -> {args.out}")
     elif args.command == "score":
         rows = [row for path in args.generations for row in read_jsonl(path)]
-        result = score_rows(rows, name=args.name)
+        result = score_rows(rows, name=args.name, bfcl=args.bfcl)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"{args.name or 'run'}: {100 * result['accuracy']:.2f}% of {result['n']}")
+        line = f"{args.name or 'run'}: strict {100 * result['accuracy']:.2f}% of {result['n']}"
+        if result.get("bfcl"):
+            line += f"; BFCL {100 * result['bfcl']['accuracy']:.2f}% of {result['bfcl']['n']}"
+        print(line)
+        if result.get("bfcl_note"):
+            print(result["bfcl_note"], file=sys.stderr)
     else:
         results = []
         for spec in args.result:
