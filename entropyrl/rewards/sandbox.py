@@ -238,8 +238,8 @@ class Sandbox:
         limits = self.limits
         config = {
             "mode": mode,
-            "fn_name": fn_name,
-            "guard": self.guard,
+            "fn_name": fn_name or "",
+            "guard": "1" if self.guard else "0",
             "cpu_seconds": limits.cpu_seconds,
             "memory_bytes": int(limits.memory_mb) * 1024 * 1024,
             "max_file_bytes": limits.max_file_bytes,
@@ -256,7 +256,7 @@ class Sandbox:
                 "-S",
                 "-B",
                 CHILD_SCRIPT,
-                json.dumps(config),
+                *(f"{key}={value}" for key, value in config.items()),
             ]
             start = time.monotonic()
             process = subprocess.Popen(
