@@ -1,4 +1,4 @@
-"""CHAIR benchmark: parity with published numbers, speed vs an original-style scorer, HTTP cost.
+"""CHAIR benchmark: parity with published numbers and the original code, speed, HTTP cost.
 
     python benchmarks/chair.py [--parity-dir ../shared/parity/chair] [--repeats 15]
 
@@ -6,21 +6,21 @@ Needs the parity data (LLaVA-1.5-7B captions of 500 COCO val2014 images released
 arXiv 2311.17911, and the images' ground-truth objects); skips politely when it is absent.
 Prints markdown tables:
 
-1. parity: CHAIR_s / CHAIR_i of ``ChairScorer`` against the published and recomputed values;
-2. time per caption: ``ChairScorer`` vs original-style implementations written below (the
-   structure of Rohrbach et al.'s ``chair.py``: vocabulary kept as a list and ``set(...)`` rebuilt
-   for every token, a singularizer called per token, a dict of double words), once with stand-ins
-   for its NLTK tokenizer and pattern.en singularizer and once with a lean regex and suffix
-   stripper (a lower bound on the original's cost);
-3. HTTP: the 500-caption batch through ``POST /v1/chair`` (client + server + JSON) vs the same
+1. parity: CHAIR_s / CHAIR_i of ``ChairScorer`` against the published and recomputed values and
+   against the original code, restated in ``tests/chair/original_chair.py`` (NLTK's tokenizer
+   rules, pattern's singularizer, synonyms.txt, the original's ``caption_to_words``);
+2. fidelity: per caption, whether ``ChairScorer.mentions`` equals the original's mentions;
+3. time per caption: ``ChairScorer`` vs that restated original (its structure kept: vocabulary
+   as a list turned into a set for every word, the singularizer called per token);
+4. HTTP: the 500-caption batch through ``POST /v1/chair`` (client + server + JSON) vs the same
    batch scored in-process (medians of the same run), and captions/s under 8 concurrent clients.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import re
 import statistics
 import sys
 import threading
@@ -43,250 +43,28 @@ PUBLISHED = {
 TOLERANCE_S, TOLERANCE_I = 0.5, 0.3
 
 
-# --- original-style implementations (for timing only) ------------------------------------------
-# Stand-ins for what Rohrbach et al.'s chair.py calls per caption: nltk.word_tokenize (Treebank
-# rules: a sequence of regex substitutions) and pattern.en's singularize (word lists scanned with
-# endswith, then suffix rules tried in order). Neither library is a dependency, so both are
-# written here with the same structure and shortened lists.
-_TREEBANK_RULES = [
-    (re.compile(r'^"'), "``"),
-    (re.compile(r"(``)"), r" \1 "),
-    (re.compile(r'([ (\[{<])"'), r"\1 `` "),
-    (re.compile(r"([:,])([^\d])"), r" \1 \2"),
-    (re.compile(r"\.\.\."), " ... "),
-    (re.compile(r"[;@#$%&]"), r" \g<0> "),
-    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "),
-    (re.compile(r"[?!]"), r" \g<0> "),
-    (re.compile(r"([^'])' "), r"\1 ' "),
-    (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> "),
-    (re.compile(r"--"), " -- "),
-    (re.compile(r'"'), " '' "),
-    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
-    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
-]
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_UNINFLECTED = [
-    "bison",
-    "bream",
-    "breeches",
-    "britches",
-    "carp",
-    "chassis",
-    "clippers",
-    "cod",
-    "contretemps",
-    "corps",
-    "debris",
-    "diabetes",
-    "djinn",
-    "eland",
-    "elk",
-    "flounder",
-    "gallows",
-    "graffiti",
-    "headquarters",
-    "herpes",
-    "high-jinks",
-    "homework",
-    "innings",
-    "jackanapes",
-    "mackerel",
-    "measles",
-    "mews",
-    "moose",
-    "mumps",
-    "news",
-    "pincers",
-    "pliers",
-    "proceedings",
-    "rabies",
-    "salmon",
-    "scissors",
-    "sea-bass",
-    "series",
-    "shears",
-    "species",
-    "swine",
-    "trout",
-    "tuna",
-    "whiting",
-    "wildebeest",
-    "sheep",
-    "deer",
-]
-_UNCOUNTABLE = [
-    "advice",
-    "bread",
-    "butter",
-    "cheese",
-    "electricity",
-    "equipment",
-    "fruit",
-    "furniture",
-    "garbage",
-    "gravel",
-    "happiness",
-    "information",
-    "ketchup",
-    "knowledge",
-    "love",
-    "luggage",
-    "mathematics",
-    "mayonnaise",
-    "meat",
-    "mustard",
-    "news",
-    "progress",
-    "research",
-    "rice",
-    "sand",
-    "software",
-    "understanding",
-    "water",
-]
-_IE = [
-    "alergie",
-    "cutie",
-    "hoagie",
-    "newbie",
-    "softie",
-    "veggie",
-    "auntie",
-    "doggie",
-    "eerie",
-    "mountie",
-    "oldie",
-    "pinkie",
-]
-_IRREGULAR = {
-    "men": "man", "women": "woman", "children": "child", "people": "person", "mice": "mouse",
-    "geese": "goose", "teeth": "tooth", "feet": "foot", "oxen": "ox", "knives": "knife",
-    "wives": "wife", "lives": "life", "calves": "calf", "halves": "half", "wolves": "wolf",
-    "leaves": "leaf", "loaves": "loaf", "shelves": "shelf", "thieves": "thief", "atlases": "atlas",
-    "corpuses": "corpus", "genera": "genus", "octopuses": "octopus", "soliloquies": "soliloquy",
-}  # fmt: skip
-_SINGULAR_RULES = [
-    (re.compile(r"(?i)(quiz)zes$"), r"\1"),
-    (re.compile(r"(?i)(matr)ices$"), r"\1ix"),
-    (re.compile(r"(?i)(vert|ind)ices$"), r"\1ex"),
-    (re.compile(r"(?i)^(ox)en"), r"\1"),
-    (re.compile(r"(?i)(alias|status)es$"), r"\1"),
-    (re.compile(r"(?i)([octop|vir])i$"), r"\1us"),
-    (re.compile(r"(?i)(cris|ax|test)es$"), r"\1is"),
-    (re.compile(r"(?i)(shoe)s$"), r"\1"),
-    (re.compile(r"(?i)(o)es$"), r"\1"),
-    (re.compile(r"(?i)(bus)es$"), r"\1"),
-    (re.compile(r"(?i)([m|l])ice$"), r"\1ouse"),
-    (re.compile(r"(?i)(x|ch|ss|sh)es$"), r"\1"),
-    (re.compile(r"(?i)(m)ovies$"), r"\1ovie"),
-    (re.compile(r"(?i)(s)eries$"), r"\1eries"),
-    (re.compile(r"(?i)([^aeiouy]|qu)ies$"), r"\1y"),
-    (re.compile(r"(?i)([lr])ves$"), r"\1f"),
-    (re.compile(r"(?i)(tive)s$"), r"\1"),
-    (re.compile(r"(?i)(hive)s$"), r"\1"),
-    (re.compile(r"(?i)([^f])ves$"), r"\1fe"),
-    (re.compile(r"(?i)(^analy)ses$"), r"\1sis"),
-    (re.compile(r"(?i)((a)naly|(b)a|(d)iagno|(p)arenthe|(p)rogno|(s)ynop|(t)he)ses$"), r"\1\2sis"),
-    (re.compile(r"(?i)([ti])a$"), r"\1um"),
-    (re.compile(r"(?i)(n)ews$"), r"\1ews"),
-    (re.compile(r"(?i)s$"), ""),
-]
+# --- the original code, restated rule by rule (the tests' reference) ---------------------------
+def load_original():
+    """``tests/chair/original_chair.py``: the original CHAIR parser on restated NLTK/pattern rules."""
+    path = REPO / "tests" / "chair" / "original_chair.py"
+    spec = importlib.util.spec_from_file_location("chair_original_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def treebank_tokenize(text: str) -> list[str]:
-    """Sentence split, then the Treebank substitutions per sentence (nltk.word_tokenize's shape)."""
-    tokens: list[str] = []
-    for sentence in _SENTENCE_END.split(text):
-        for pattern, replacement in _TREEBANK_RULES:
-            sentence = pattern.sub(replacement, sentence)
-        tokens.extend(sentence.split())
-    return tokens
+class OriginalCorpus:
+    """CHAIR_s / CHAIR_i of the original code: its ``caption_to_words`` per caption."""
 
-
-def rule_list_singularize(word: str) -> str:
-    """pattern.en.singularize's shape: list scans with endswith, then ordered suffix rules."""
-    if word.endswith("'"):
-        return rule_list_singularize(word[:-1]) + "'s"
-    for x in _UNINFLECTED:
-        if x.endswith(word):
-            return word
-    for x in _UNCOUNTABLE:
-        if x.endswith(word):
-            return word
-    for x in _IE:
-        if word.endswith(x + "s"):
-            return word[:-1]
-    for x, singular in _IRREGULAR.items():
-        if word.endswith(x):
-            return word[: len(word) - len(x)] + singular
-    for pattern, replacement in _SINGULAR_RULES:
-        if pattern.search(word):
-            return pattern.sub(replacement, word)
-    return word
-
-
-def lean_singularize(word: str) -> str:
-    """A five-rule suffix stripper: far cheaper than the original's singularizer."""
-    irregular = {"people": "person", "men": "man", "women": "woman", "children": "child"}
-    if word in irregular:
-        return irregular[word]
-    if len(word) > 3 and word.endswith("ies") and word[-4] not in "aeiou":
-        return word[:-3] + "y"
-    if word.endswith(("ches", "shes", "xes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us")) and len(word) > 3:
-        return word[:-1]
-    return word
-
-
-def lean_tokenize(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", text)
-
-
-class OriginalStyleChair:
-    """The original's data structures: a vocabulary list with ``set(list)`` rebuilt per token, a
-    double-word dict, per-token singularization. ``faithful`` picks the Treebank-style tokenizer
-    and the rule-list singularizer; otherwise one regex and a five-rule stripper (a lower bound
-    on the original's cost)."""
-
-    def __init__(self, ground_truth: dict[int, list[str]], *, faithful: bool) -> None:
-        self.tokenize = treebank_tokenize if faithful else lean_tokenize
-        self.singularize = rule_list_singularize if faithful else lean_singularize
-        self.mscoco_objects: list[str] = []
-        self.inverse_synonym_dict: dict[str, str] = {}
-        for category in vocabulary.CATEGORY_NAMES:
-            synonyms = [category, *vocabulary.SYNONYMS[category]]
-            self.mscoco_objects.extend(synonyms)
-            for word in synonyms:
-                self.inverse_synonym_dict[word] = category
-        self.double_word_dict = {
-            k: (v if v is not None else k) for k, v in vocabulary.TWO_WORD_EXPRESSIONS.items()
-        }
+    def __init__(self, ground_truth: dict[int, list[str]], chair) -> None:
+        self.chair = chair
         self.imid_to_objects = {k: set(v) for k, v in ground_truth.items()}
-
-    def caption_to_words(self, caption: str) -> tuple[list[str], list[str]]:
-        words = self.tokenize(caption.lower())
-        words = [self.singularize(w) for w in words]
-        i, double_words = 0, []
-        while i < len(words):
-            double_word = " ".join(words[i : i + 2])
-            if double_word in self.double_word_dict:
-                double_words.append(self.double_word_dict[double_word])
-                i += 2
-            else:
-                double_words.append(words[i])
-                i += 1
-        words = double_words
-        if ("toilet" in words) & ("seat" in words):
-            words = [word for word in words if word != "seat"]
-        words = [word for word in words if word in set(self.mscoco_objects)]
-        node_words = [self.inverse_synonym_dict[word] for word in words]
-        return words, node_words
 
     def compute(self, items: list[dict]) -> tuple[float, float]:
         captions = hallucinated_captions = mentions = hallucinated = 0
         for item in items:
-            _, node_words = self.caption_to_words(item["caption"])
+            _, node_words = self.chair.caption_to_words(item["caption"])
             gt = self.imid_to_objects[item["image_id"]]
             bad = sum(1 for n in node_words if n not in gt)
             captions += 1
@@ -329,11 +107,14 @@ def main(argv: list[str] | None = None) -> int:
             runs[name] = [json.loads(line) for line in handle if line.strip()]
 
     # 1. parity -------------------------------------------------------------------------------
+    original = load_original()
+    pure = original.OriginalChair()
+    with_choice = original.OriginalChair(vocabulary.SINGULAR_EXCEPTIONS)
+    original_corpus = OriginalCorpus(scorer.ground_truth(), pure)
     rows, ok = [], True
-    stand_in = OriginalStyleChair(scorer.ground_truth(), faithful=True)
     for name, items in runs.items():
         overall = scorer.score(items)["overall_metrics"]
-        original_s, original_i = stand_in.compute(items)
+        original_s, original_i = original_corpus.compute(items)
         chair_s, chair_i = 100 * overall["CHAIRs"], 100 * overall["CHAIRi"]
         pub_s, pub_i, range_s, range_i = PUBLISHED[name]
         if pub_s is not None:
@@ -361,28 +142,49 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("### CHAIR parity (LLaVA-1.5-7B, 500 COCO val2014 images, 512 new tokens)\n")
     header = ["decoding", "captions", "CHAIR_s", "CHAIR_i", "recall", "published (s / i)"]
-    header += ["recomputed (s / i)", "original-style stand-in (s / i)", "within tolerance"]
+    header += ["recomputed (s / i)", "original code, restated (s / i)", "within tolerance"]
     print(table(header, rows))
     print(f"\nTolerance: ±{TOLERANCE_S} CHAIR_s, ±{TOLERANCE_I} CHAIR_i vs published; greedy:")
-    print("inside the recomputed range (one decimal). The original-style stand-in (see below)")
-    print("keeps the original singularizer's misses (bus -> bu, glass -> glas); ChairScorer's")
-    print("explicit plural table counts those mentions, which lowers CHAIR_i slightly.\n")
+    print("inside the recomputed range (one decimal). The restated original keeps its")
+    print("singularizer's misses (bus -> bu, ties -> ty); ChairScorer counts those mentions (the")
+    print("one documented difference), which lowers CHAIR_i slightly.\n")
 
-    # 2. time per caption ---------------------------------------------------------------------
+    # 2. fidelity -----------------------------------------------------------------------------
     every = [item for items in runs.values() for item in items]
-    sample = every[::5]  # the slow baselines time a fifth of the captions
+    same = same_categories = same_with_choice = 0
+    for item in every:
+        ours = scorer.mentions(item["caption"])
+        theirs = pure.mentions(item["caption"])
+        same += ours == theirs
+        same_categories += [c for _, c in ours] == [c for _, c in theirs]
+        same_with_choice += ours == with_choice.mentions(item["caption"])
+    n = len(every)
+    print(f"### Mention decisions vs the original code, caption by caption ({n} captions)\n")
+    print(
+        table(
+            ["compared with", "identical (word, category) lists", "identical category lists"],
+            [
+                ["original code", f"{same} / {n}", f"{same_categories} / {n}"],
+                [
+                    "original code + the documented singularizer choice",
+                    f"{same_with_choice} / {n}",
+                    "",
+                ],
+            ],
+        )
+    )
+    print()
+    ok &= same_with_choice == n
+
+    # 3. time per caption ---------------------------------------------------------------------
+    sample = every[::5]  # the slow baseline times a fifth of the captions
     implementations = [
         (
-            "original-style, Treebank-style tokenizer + rule-list singularizer",
-            OriginalStyleChair(scorer.ground_truth(), faithful=True).compute,
+            "original code, restated (NLTK rules, pattern singularizer, vocabulary list)",
+            original_corpus.compute,
             sample,
         ),
-        (
-            "original-style, one regex + five-rule singularizer (lean)",
-            OriginalStyleChair(scorer.ground_truth(), faithful=False).compute,
-            sample,
-        ),
-        ("ChairScorer.score (precompiled maps)", scorer.score, every),
+        ("ChairScorer.score", scorer.score, every),
     ]
     # Rounds interleave the implementations so a load change on a shared machine hits all of
     # them alike; per-caption medians over the rounds.
@@ -395,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = [statistics.median(t) for t in per_caption]
     t_ours = medians[-1]
     words = statistics.mean(len(i["caption"].split()) for i in every)
-    print(f"### Scoring time per caption ({len(every)} captions, {words:.0f} words on average)\n")
+    print(f"### Scoring time per caption ({n} captions, {words:.0f} words on average)\n")
     rows = []
     for (label, _, items), t in zip(implementations, medians):
         speed_up = " / ".join(f"{b / t:.0f}x" for b in medians[:-1]) if t == t_ours else "1x"
@@ -407,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
 
-    # 3. HTTP ---------------------------------------------------------------------------------
+    # 4. HTTP ---------------------------------------------------------------------------------
     batch = runs["ours"]
     with start_server(ground_truth=gt_path, extra_args=["--workers", str(args.clients)]) as server:
         client = ChairClient(server.url, timeout=60, max_batch=len(batch))

@@ -108,7 +108,7 @@ def build_from_coco(folder: str | os.PathLike[str], extractor: MentionExtractor)
 
 
 def _category_name(name: str, extractor: MentionExtractor, source: object) -> str:
-    category = extractor.category_of.get(str(name).strip().lower())
+    category = extractor.names.get(str(name).strip().lower())
     if category is None:
         raise ValueError(f"{source}: {name!r} is not a COCO category or synonym")
     return category

@@ -1,47 +1,64 @@
-"""Caption -> COCO object mentions, with the CHAIR rules precompiled into lookup tables."""
+"""Caption -> COCO object mentions: the original CHAIR algorithm with precompiled tables.
+
+Per caption, as the original ``caption_to_words``: NLTK-style tokens (``text.tokenize``), each
+singularized (``singular.singularize``, memoised, with ``vocabulary.SINGULAR_EXCEPTIONS`` first),
+a left-to-right scan in which a two-word expression wins over its first word and consumes its
+second, the toilet/seat rule, and a filter by the vocabulary.
+"""
 
 from __future__ import annotations
 
-import string
+import threading
 
 from chair_server import vocabulary
+from chair_server.singular import singularize
+from chair_server.text import tokenize
 
-# Punctuation separates words and, like the NLTK tokens of the original, breaks two-word
-# expressions ("hot, dog" is no hot dog). Hyphens stay inside words ("kite-flying" is not a
-# kite; a run of two or more is a dash). A few non-ASCII marks LLMs print (curly quotes,
-# dashes, ellipsis) count as punctuation.
-PUNCTUATION = "".join(c for c in string.punctuation if c != "-") + "‘’“”«»–—…•·"
-SEPARATOR = "|"
-_TO_SEPARATOR = str.maketrans(dict.fromkeys(PUNCTUATION, SEPARATOR))
-
-
-def tokenize(caption: str) -> list[str]:
-    """Lower-cased word tokens; each punctuation mark becomes a ``"|"`` token.
-
-    ``"A hot, dog's bowl."`` -> ``["a", "hot", "|", "dog", "|", "s", "bowl", "|"]``. (Three
-    C-level passes: ``translate``, ``replace``, ``split``; a regex is about 1.5x slower.)
-    """
-    text = caption.lower().replace("--", "—").translate(_TO_SEPARATOR)
-    return text.replace(SEPARATOR, " | ").split()
+# distinct tokens remembered by the singular cache before it starts over (a few MB at most)
+CACHE_LIMIT = 1 << 17
 
 
 class MentionExtractor:
     """Finds the vocabulary words of a caption and their categories.
 
-    Tables built once: surface form (singular or plural) -> singular vocabulary word, (token,
-    token) -> two-word expression, word -> category. A C-level set intersection finds the few
-    vocabulary tokens of a caption; the original's left-to-right pair scan then only visits
-    those positions.
+    Tables built once: word -> category, (word, word) -> two-word expression, token -> singular
+    word (filled as tokens are met). A C-level set intersection finds the few words of a caption
+    that matter; the pair scan then only visits those positions.
     """
 
     def __init__(self) -> None:
         self.category_of: dict[str, str] = vocabulary.word_to_category()
-        self.singular: dict[str, str] = vocabulary.surface_forms(self.category_of)
-        self.pairs: dict[tuple[str, str], str | None] = vocabulary.pair_forms()
+        self.names: dict[str, str] = vocabulary.name_to_category()
+        self.pairs: dict[tuple[str, str], str | None] = vocabulary.pair_table()
         self.pair_starts: frozenset[str] = frozenset(first for first, _ in self.pairs)
-        self._singular_keys = frozenset(self.singular)
-        self._lookup_keys = self._singular_keys | self.pair_starts
+        self._single = frozenset(w for w in self.category_of if " " not in w)
+        self._lookup_keys = self._single | self.pair_starts
         self.rule_trigger, self.rule_dropped = vocabulary.TOILET_SEAT_RULE
+        # token -> singular word, and the tokens without a letter or digit; replaced together
+        # (never cleared in place) so a reader always holds a consistent pair
+        self._tables = self._new_tables()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _new_tables() -> tuple[dict[str, str], set[str]]:
+        return dict(vocabulary.SINGULAR_EXCEPTIONS), set()
+
+    def singular(self, token: str) -> str:
+        """The word the original compares with the vocabulary for ``token`` (lower case)."""
+        cache, punctuation = self._tables
+        word = cache.get(token)
+        return word if word is not None else self._miss(token, cache, punctuation)
+
+    def _miss(self, token: str, cache: dict[str, str], punctuation: set[str]) -> str:
+        word = singularize(token)
+        if not any(c.isalnum() for c in token):
+            punctuation.add(token)
+        cache[token] = word
+        if len(cache) > CACHE_LIMIT:
+            with self._lock:
+                if self._tables[0] is cache:
+                    self._tables = self._new_tables()
+        return word
 
     def mentions(self, caption: str) -> list[tuple[str, str]]:
         """``[(word, category), ...]`` in caption order; repeated mentions all count.
@@ -54,54 +71,60 @@ class MentionExtractor:
         return self.analyse(caption)[0]
 
     def analyse(self, caption: str) -> tuple[list[tuple[str, str]], int]:
-        """``(mentions, number of words)`` of a caption (punctuation is not a word)."""
+        """``(mentions, number of words)`` of a caption (punctuation tokens are not words)."""
         tokens = tokenize(caption)
-        length = len(tokens) - tokens.count(SEPARATOR)
-        hits = self._lookup_keys.intersection(tokens)
+        cache, punctuation = self._tables
+        words = list(map(cache.get, tokens))
+        if None in words:
+            miss = self._miss
+            words = [
+                w if w is not None else miss(t, cache, punctuation) for w, t in zip(words, tokens)
+            ]
+        length = len(tokens) - sum(map(punctuation.__contains__, tokens))
+        hits = self._lookup_keys.intersection(words)
         if not hits:
             return [], length
-        singular = self.singular
         starts = self.pair_starts.intersection(hits)
-        if starts and self._has_pair(tokens, starts):
-            words = self._scan(tokens, hits)
+        if starts and self._has_pair(words, starts):
+            found = self._scan(words, hits)
         else:
             if starts:
-                hits = self._singular_keys.intersection(hits)
-            words = [singular[t] for t in tokens if t in hits]
-        if self.rule_dropped in words and self.rule_trigger in words:
-            words = [w for w in words if w != self.rule_dropped]
+                hits = self._single.intersection(hits)
+            found = [w for w in words if w in hits]
+        # the original tests the scanned words; both rule words are vocabulary words
+        if self.rule_dropped in found and self.rule_trigger in found:
+            found = [w for w in found if w != self.rule_dropped]
         category_of = self.category_of
-        return [(w, category_of[w]) for w in words], length
+        return [(w, category_of[w]) for w in found], length
 
-    def _has_pair(self, tokens: list[str], starts: set[str]) -> bool:
+    def _has_pair(self, words: list, starts: set[str]) -> bool:
         """Whether a two-word expression occurs (C-level ``count``/``index`` find the starts)."""
-        pairs, last = self.pairs, len(tokens) - 1
-        for token in starts:
+        pairs, last = self.pairs, len(words) - 1
+        for word in starts:
             i = -1
-            for _ in range(tokens.count(token)):
-                i = tokens.index(token, i + 1)
-                if i < last and (token, tokens[i + 1]) in pairs:
+            for _ in range(words.count(word)):
+                i = words.index(word, i + 1)
+                if i < last and (word, words[i + 1]) in pairs:
                     return True
         return False
 
-    def _scan(self, tokens: list[str], hits: set[str]) -> list[str]:
-        """The original's left-to-right scan, visiting only vocabulary and pair-start tokens:
+    def _scan(self, words: list, hits: set[str]) -> list[str]:
+        """The original's left-to-right scan, visiting only vocabulary and pair-start words:
         a two-word expression wins over its first word and consumes its second."""
-        singular, pairs, starts = self.singular, self.pairs, self.pair_starts
-        words: list[str] = []
-        n, next_free = len(tokens), 0
-        for i, token in [(i, t) for i, t in enumerate(tokens) if t in hits]:
+        single, pairs, starts = self._single, self.pairs, self.pair_starts
+        found: list[str] = []
+        n, next_free = len(words), 0
+        for i, word in [(i, w) for i, w in enumerate(words) if w in hits]:
             if i < next_free:
                 continue
-            if token in starts and i + 1 < n:
-                key = (token, tokens[i + 1])
+            if word in starts and i + 1 < n:
+                key = (word, words[i + 1])
                 if key in pairs:
                     target = pairs[key]
                     if target is not None:
-                        words.append(target)
+                        found.append(target)
                     next_free = i + 2
                     continue
-            word = singular.get(token)
-            if word is not None:
-                words.append(word)
-        return words
+            if word in single:
+                found.append(word)
+        return found

@@ -1,18 +1,22 @@
-"""The CHAIR vocabulary: COCO categories, their synonyms, plural forms and two-word expressions.
+"""The CHAIR vocabulary: COCO categories, the words that count for them, two-word expressions.
 
-This is data, reviewed once. It follows the synonym list of Rohrbach et al. (EMNLP 2018,
-"Object Hallucination in Image Captioning") so that published CHAIR numbers are reproduced,
-with these deliberate differences:
+This is data, reviewed once. It reproduces the effective vocabulary of the original CHAIR code
+(Rohrbach et al., EMNLP 2018: ``data/synonyms.txt`` and the rules in ``utils/chair.py``), so that
+every caption gets the original's mention decisions and published numbers are reproduced:
 
-- Plural forms come from an explicit table (regular rules plus ``IRREGULAR_PLURALS``) instead of
-  a run-time singularizer. The original's rule-based singularizer and the WordNet lemmatizer of
-  the common Python 3 port both miss forms (bus->bu, men->men, vases->vas, glass->glas); the
-  entries that only existed to catch those misses ("knive", "phon", "wine glas") are not needed.
-- "iphone" is written in lower case (the original's "iPhone" could never match a lower-cased
-  caption) and "hair dryer" is added beside "hair drier"/"hairdryer".
+- the words are those the original can ever match. Its list also holds entries no caption can
+  match, and they stay dead here: " motor bike" and " cheesecake" (a stray leading space in the
+  file), "iPhone" (captions are lower-cased), "stove top oven" (three words; the scan joins two).
+  "motor bike" is still joined as a two-word expression, which then counts nothing, as in the
+  original. "hair dryer" is not in the list at all. "knive" and "phon" are live entries (they
+  existed to catch singularizer misses) and count as knife and cell phone;
+- words are compared after the original's singularizer (``singular.py``): "sheeps" is a sheep,
+  "kine" a cow, and "tennis rackets" are "tenni racket", so only "racket" counts;
+- the one deliberate difference, ``SINGULAR_EXCEPTIONS``: vocabulary words and plurals that the
+  rule-based singularizer turns into non-words (bus -> bu, ties -> ty, canoes -> cano, ...) are
+  counted as the WordNet lemmatizer of the widely used Python 3 port counts them.
 
-False friends of the original list, kept on purpose because every published number counts them
-(dropping them would move CHAIR by tenths of a point against the papers):
+False friends of the original list are kept because every published number counts them:
 
 - "orange" (also a colour) -> orange; "bow" (also a ribbon or a ship's bow) -> tie;
 - "table"/"desk" -> dining table; "seat"/"stool" -> chair (but see the toilet/seat rule);
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 # The 80 COCO instance categories with their real ids (gaps at 12, 26, 29, 30, 45, 66, 68, 69,
 # 71, 83), in id order.
@@ -122,7 +126,7 @@ _SYNONYM_TABLE = """
 person: girl, boy, man, woman, kid, child, chef, baker, people, adult, rider, children, baby, worker, passenger, sister, biker, policeman, cop, officer, lady, cowboy, bride, groom, male, female, guy, traveler, mother, father, gentleman, pitcher, player, skier, snowboarder, skater, skateboarder, foreigner, caller, offender, coworker, trespasser, patient, politician, soldier, grandchild, serviceman, walker, drinker, doctor, bicyclist, thief, buyer, teenager, student, camper, driver, solider, hunter, shopper, villager
 bicycle: bike, unicycle, minibike, trike
 car: automobile, van, minivan, sedan, suv, hatchback, cab, jeep, coupe, taxicab, limo, taxi
-motorcycle: scooter, motor bike, motor cycle, motorbike, moped
+motorcycle: scooter, motor cycle, motorbike, moped
 airplane: jetliner, plane, air plane, monoplane, aircraft, jet, airbus, biplane, seaplane
 bus: minibus, trolley
 train: locomotive, tramway, caboose
@@ -162,7 +166,7 @@ bottle:
 wine glass:
 cup:
 fork:
-knife: pocketknife
+knife: pocketknife, knive
 spoon:
 bowl: container
 banana:
@@ -174,7 +178,7 @@ carrot:
 hot dog:
 pizza:
 donut: doughnut, bagel
-cake: cheesecake, cupcake, shortcake, coffeecake, pancake
+cake: cupcake, shortcake, coffeecake, pancake
 chair: seat, stool
 couch: sofa, recliner, futon, loveseat, settee, chesterfield
 potted plant: houseplant
@@ -186,7 +190,7 @@ laptop: computer, notebook, netbook, lenovo, macbook, laptop computer
 mouse:
 remote:
 keyboard:
-cell phone: mobile phone, phone, cellphone, telephone, smartphone, iphone
+cell phone: mobile phone, phone, cellphone, telephone, phon, smartphone
 microwave:
 oven: stovetop, stove
 toaster:
@@ -197,7 +201,7 @@ clock:
 vase:
 scissors:
 teddy bear: teddybear
-hair drier: hairdryer, hair dryer
+hair drier: hairdryer
 toothbrush:
 """
 SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -206,42 +210,38 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 
 
-# Plurals that the regular rules below do not produce. Singular -> plural forms.
-IRREGULAR_PLURALS: dict[str, tuple[str, ...]] = {
-    "person": ("people", "persons"),
-    "man": ("men",),
-    "woman": ("women",),
-    "child": ("children",),
-    "grandchild": ("grandchildren",),
-    "gentleman": ("gentlemen",),
-    "policeman": ("policemen",),
-    "serviceman": ("servicemen",),
-    "mouse": ("mice",),
-    "goose": ("geese",),
-    "ox": ("oxen",),
-    "knife": ("knives",),
-    "pocketknife": ("pocketknives",),
-    "calf": ("calves",),
-    "sheep": ("sheep",),
-    "bison": ("bison",),
-    "cattle": ("cattle",),
-    "buffalo": ("buffaloes", "buffalos"),
-    "skis": ("skis",),
-    "scissors": ("scissors",),
-    "bus": ("buses", "busses"),
-    "minibus": ("minibuses", "minibusses"),
-    "waterfowl": ("waterfowl",),
-    "fowl": ("fowl",),
-    "quail": ("quail",),
-    "bronco": ("broncos",),
-    "limo": ("limos",),
+# Names accepted in ground-truth files (detector outputs, caches) that never count in a caption:
+# the original list's dead entries and the common spelling "hair dryer".
+GROUND_TRUTH_ALIASES: dict[str, str] = {
+    "motor bike": "motorcycle",
+    "cheesecake": "cake",
+    "iphone": "cell phone",
+    "stove top oven": "oven",
+    "hair dryer": "hair drier",
 }
 
-# Two-word expressions scanned left to right before single words. Value: the vocabulary word the
-# pair stands for, or None for compounds that must not count as the object inside them.
+# The one deliberate difference from the original: these tokens are vocabulary words (or their
+# plurals) that its rule-based singularizer turns into non-words, so the original never counts
+# them (bus -> "bu", ties -> "ty", canoes -> "cano", magpies -> "magpy"; -ie words such as
+# "collies" are returned unchanged). They count as WordNet's lemmatizer, used by the common
+# Python 3 port of CHAIR, counts them. Token -> the singular vocabulary word.
+SINGULAR_EXCEPTIONS: dict[str, str] = {
+    "bus": "bus",
+    "busses": "bus",
+    "minibus": "minibus",
+    "airbus": "airbus",
+    "ties": "tie",
+    "canoes": "canoe",
+    "collies": "collie",
+    "doggies": "doggie",
+    "magpies": "magpie",
+}
+
+# Two-word expressions, matched on singularized words left to right before single words. Value:
+# the vocabulary word the pair stands for, or None for pairs that count nothing (the pair is
+# consumed, so neither of its words counts either).
 TWO_WORD_EXPRESSIONS: dict[str, str | None] = {
     # compounds that are one object (each is a category name or a synonym above)
-    "motor bike": "motor bike",
     "motor cycle": "motor cycle",
     "air plane": "air plane",
     "traffic light": "traffic light",
@@ -252,24 +252,25 @@ TWO_WORD_EXPRESSIONS: dict[str, str | None] = {
     "stop sign": "stop sign",
     "parking meter": "parking meter",
     "suit case": "suit case",
-    "sports ball": "sports ball",
+    "sports ball": "sports ball",  # never met: the singularizer makes "sports" "sport"
     "baseball bat": "baseball bat",
     "baseball glove": "baseball glove",
-    "tennis racket": "tennis racket",
+    "tennis racket": "tennis racket",  # never met: "tennis" becomes "tenni"
     "wine glass": "wine glass",
+    "wine glas": "wine glass",  # "glass" becomes "glas"
     "hot dog": "hot dog",
     "cell phone": "cell phone",
     "mobile phone": "mobile phone",
     "teddy bear": "teddy bear",
     "hair drier": "hair drier",
-    "hair dryer": "hair dryer",
     "potted plant": "potted plant",
     "laptop computer": "laptop computer",
     # "bow tie" is a tie, never a bow
     "bow tie": "tie",
     # "toilet seat" is part of the toilet, not a chair
     "toilet seat": "toilet",
-    # compounds that must NOT count as the object inside them
+    # pairs that count nothing: "motor bike" is a dead entry of the original list
+    "motor bike": None,
     "home plate": None,
     "train track": None,
 }
@@ -291,27 +292,11 @@ del _animal, _vehicle
 # ("the seat of the toilet" must not fire as chair).
 TOILET_SEAT_RULE: tuple[str, str] = ("toilet", "seat")
 
-VOCABULARY_VERSION = "1"
-
-
-def plural_forms(word: str) -> tuple[str, ...]:
-    """Plural surface forms of a singular vocabulary word (last word of a phrase is inflected)."""
-    if " " in word:
-        head, last = word.rsplit(" ", 1)
-        return tuple(f"{head} {form}" for form in plural_forms(last))
-    if word in IRREGULAR_PLURALS:
-        return IRREGULAR_PLURALS[word]
-    if word.endswith(("s", "x", "z", "ch", "sh")):
-        return (word + "es",)
-    if len(word) > 1 and word.endswith("y") and word[-2] not in "aeiou":
-        return (word[:-1] + "ies",)
-    if word.endswith("o"):
-        return (word + "s", word + "es")
-    return (word + "s",)
+VOCABULARY_VERSION = "2"
 
 
 def word_to_category() -> dict[str, str]:
-    """Every singular vocabulary word (category names and synonyms) -> its category name."""
+    """Every vocabulary word that can count (category names and synonyms) -> its category."""
     table: dict[str, str] = {}
     for category in CATEGORY_NAMES:
         for word in (category, *SYNONYMS[category]):
@@ -320,29 +305,14 @@ def word_to_category() -> dict[str, str]:
     return table
 
 
-def surface_forms(words: Iterable[str]) -> dict[str, str]:
-    """Surface form (singular or plural) -> singular word, for single-token words only."""
-    forms: dict[str, str] = {}
-    for word in words:
-        if " " in word:
-            continue
-        for form in (word, *plural_forms(word)):
-            forms.setdefault(form, word)
-    for word in words:  # a singular form always maps to itself, even if another word's plural
-        if " " not in word:
-            forms[word] = word
-    return forms
+def name_to_category() -> dict[str, str]:
+    """Names a ground-truth file may use: the vocabulary plus ``GROUND_TRUTH_ALIASES``."""
+    return {**GROUND_TRUTH_ALIASES, **word_to_category()}
 
 
-def pair_forms() -> dict[tuple[str, str], str | None]:
-    """(first token, second token) surface forms of every two-word expression -> its word."""
-    pairs: dict[tuple[str, str], str | None] = {}
-    for expression, target in TWO_WORD_EXPRESSIONS.items():
-        first, second = expression.split(" ")
-        for a in (first, *plural_forms(first)):
-            for b in (second, *plural_forms(second)):
-                pairs.setdefault((a, b), target)
-    return pairs
+def pair_table() -> dict[tuple[str, str], str | None]:
+    """(first singular word, second singular word) of every two-word expression -> its word."""
+    return {tuple(k.split(" ")): v for k, v in TWO_WORD_EXPRESSIONS.items()}  # type: ignore[misc]
 
 
 def fingerprint(extra: Mapping[str, object] | None = None) -> str:
@@ -351,7 +321,7 @@ def fingerprint(extra: Mapping[str, object] | None = None) -> str:
         {
             "version": VOCABULARY_VERSION,
             "synonyms": SYNONYMS,
-            "plurals": IRREGULAR_PLURALS,
+            "exceptions": SINGULAR_EXCEPTIONS,
             "pairs": TWO_WORD_EXPRESSIONS,
             "rule": TOILET_SEAT_RULE,
             "extra": extra or {},
