@@ -136,6 +136,7 @@ def install_guard(workdir: str, read_roots: tuple[str, ...]) -> None:
     denied_events, denied_prefixes = DENIED_EVENTS, DENIED_EVENT_PREFIXES
     denied_imports, mutating, devices = DENIED_IMPORTS, MUTATING_EVENTS, ALLOWED_DEVICES
     proc_self = f"/proc/{own_pid}"
+    own_pipes = f"{proc_self}/fd/pipe:"
     write_roots = (workdir,)
     read_roots = (*read_roots, workdir, proc_self, *ALLOWED_DEVICES, *EXTRA_READ_ROOTS)
     # The hook never runs program code: no method of an argument is called (subclasses could
@@ -241,6 +242,9 @@ def install_guard(workdir: str, read_roots: tuple[str, ...]) -> None:
         if is_device(real) and real not in devices:
             deny(f"device {real}")
         if writing:
+            # /dev/stdout and /dev/stderr resolve to this process's pipes.
+            if real.startswith(own_pipes):
+                return
             if not (inside(real, write_roots) or real in devices):
                 deny(f"write outside the work directory: {real}")
             return

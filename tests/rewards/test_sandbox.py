@@ -446,6 +446,28 @@ def test_call_mode_returns_json_and_keeps_prints_apart(runs_root):
     assert "debugging output" in result.stderr
 
 
+def test_standard_streams_by_path(runs_root):
+    code = program(
+        """
+        data = open('/dev/stdin').read()
+        with open('/dev/stdout', 'w') as out:
+            out.write(data.upper())
+        open('/dev/stderr', 'w').write('note')
+        """
+    )
+    result = make(runs_root).run(code, "abc\n")
+    assert result.ok, result.stderr
+    assert (result.stdout, result.stderr) == ("ABC\n", "note")
+
+
+def test_namespaces_required_but_unavailable_is_an_error(tmp_path):
+    """An interpreter the probe cannot start inside `unshare`: no namespaces for it."""
+    with pytest.raises(RuntimeError, match="namespaces"):
+        Sandbox(isolation="namespaces", python=str(tmp_path / "no-such-python"))
+    fallback = Sandbox(isolation="auto", python=str(tmp_path / "no-such-python"))
+    assert fallback.isolation == "none"
+
+
 def test_syntax_error_is_an_error(runs_root):
     result = make(runs_root).run("def broken(:\n")
     assert result.status == "error"
