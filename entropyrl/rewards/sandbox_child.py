@@ -8,8 +8,9 @@ function-call tests).
 
 Order of events (all before the first line of candidate code runs):
 1. read the program (and, in call mode, the JSON arguments from stdin);
-2. resource limits, soft = hard so the program cannot raise them: RLIMIT_AS, RLIMIT_CPU,
-   RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE = 0; SIGXCPU exits with a message;
+2. resource limits, soft = hard: RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
+   RLIMIT_CORE = 0, and RLIMIT_CPU (SIGXCPU exits with a message, SIGKILL a second later); the
+   guard refuses setrlimit, so the program cannot raise them back;
 3. the guard, an audit hook (PEP 578) that refuses: process creation (fork, exec, spawn,
    subprocess, os.system), signals to other processes, sockets, ctypes and the modules that
    reach native code or processes without an audit event, raising resource limits, tracing and
@@ -143,10 +144,10 @@ def install_guard(workdir: str, read_roots: tuple[str, ...]) -> None:
     # override it), only these builtins and the unbound methods of the exact types.
     _str, _bytes, _int, _len, _type, _issubclass = str, bytes, int, len, type, issubclass
     str_copy, bytes_decode = str.__str__, bytes.decode
-    Denied = PermissionError
+    Denied, marker = PermissionError, DENIED_MARKER
 
     def deny(what: str) -> None:
-        raise Denied(f"{DENIED_MARKER}: {what}")
+        raise Denied(f"{marker}: {what}")
 
     def as_text(value: object) -> str | None:
         kind = _type(value)
@@ -307,7 +308,7 @@ def install_guard(workdir: str, read_roots: tuple[str, ...]) -> None:
 
 
 def set_limits(config: dict[str, str]) -> None:
-    """Soft = hard for every limit: the program can lower them but never raise them back."""
+    """Soft = hard (CPU: SIGKILL a second after SIGXCPU), and the guard refuses setrlimit."""
     limits = [
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_FSIZE, int(config["max_file_bytes"])),
