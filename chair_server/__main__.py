@@ -1,24 +1,38 @@
-"""``python -m chair_server``: load the ground truth, then serve the app with waitress.
+"""``python -m chair_server``: check the settings, bind the socket, load the ground truth, serve.
 
-Prints ``CHAIR server listening on http://HOST:PORT`` (flushed) once the socket is bound and the
-ground truth is loaded, and writes the URL to ``--ready-file`` when given, so launchers can use
-``--port 0`` without port races.
+Everything that can fail without the ground truth (settings, the address, the port, the ready
+file's folder) fails first, as one line on stderr with exit status 2. Prints ``CHAIR server
+listening on http://HOST:PORT`` (flushed) once the ground truth is loaded, and writes the URL to
+``--ready-file`` when given, so launchers can use ``--port 0`` without port races.
+
+On SIGTERM or SIGINT the server stops accepting connections, finishes the requests in flight
+(at most ``--drain-timeout`` seconds) and exits with status 0.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import socket
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from waitress.server import create_server
+from waitress import wasyncore
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer, create_server
+from waitress.task import ErrorTask
 
 from chair_server.app import create_app
 from chair_server.config import ServerSettings, parse_args
 from chair_server.scorer import ChairScorer
+
+log = logging.getLogger("chair_server")
 
 
 def load_scorer(settings: ServerSettings) -> ChairScorer:
@@ -27,52 +41,163 @@ def load_scorer(settings: ServerSettings) -> ChairScorer:
     return ChairScorer.from_ground_truth(settings.ground_truth)
 
 
+class _AppSlot:
+    """The WSGI app the socket is bound with; the real app is put in once the ground truth is
+    loaded (nothing is served before: the event loop only starts afterwards)."""
+
+    def __init__(self) -> None:
+        self.app: Callable[..., Iterable[bytes]] | None = None
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        assert self.app is not None, "served before the ground truth was loaded"
+        return self.app(environ, start_response)
+
+
+def _json_error_channel(max_body_mb: float) -> type[HTTPChannel]:
+    """waitress's own errors (a body over its cap, a malformed request line, headers too
+    large) as the service's JSON error contract instead of plain text."""
+
+    class JsonErrorTask(ErrorTask):
+        def execute(self) -> None:
+            error = self.request.error
+            if error.code == 413:
+                message = f"request body over the limit of {max_body_mb:g} MiB"
+            else:
+                message = f"{error.reason}: {error.body}"
+            body = json.dumps({"error": message}).encode()
+            self.status = f"{error.code} {error.reason}"
+            self.response_headers.append(("Content-Type", "application/json"))
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class JsonErrorChannel(HTTPChannel):
+        error_task_class = JsonErrorTask
+
+    return JsonErrorChannel
+
+
+def _fail(message: str) -> int:
+    print(f"chair_server: error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def bind(settings: ServerSettings, app: Callable) -> Any:
+    """The waitress server, bound and listening (raises OSError/ValueError on a bad address)."""
+    server = create_server(
+        app,
+        host=settings.host,
+        port=settings.port,
+        threads=settings.workers,
+        # waitress's own cap sits above the app's so the app answers 413 with a field name;
+        # past it, JsonErrorChannel answers in the same JSON form
+        max_request_body_size=2 * settings.max_body_bytes + (1 << 20),
+        connection_limit=settings.max_connections,
+        channel_timeout=settings.channel_timeout,
+        cleanup_interval=max(0.5, min(30.0, settings.channel_timeout / 2)),
+        ident="chair_server",
+    )
+    channel = _json_error_channel(settings.max_body_mb)
+    for listener in _listeners(server):
+        listener.channel_class = channel
+    return server
+
+
+def _listeners(server: Any) -> list[BaseWSGIServer]:
+    """The listening sockets: one, or one per address of a host name (MultiSocketServer)."""
+    if isinstance(server, BaseWSGIServer):
+        return [server]
+    return [d for d in server.map.values() if isinstance(d, BaseWSGIServer)]
+
+
+def _socket_map(server: Any) -> dict:
+    return server._map if isinstance(server, BaseWSGIServer) else server.map
+
+
+def serve(server: Any, drain_timeout: float) -> None:
+    """Run the event loop until SIGTERM/SIGINT, then drain: no new connections, requests in
+    flight (received in part or in full, or being answered) finished within
+    ``drain_timeout`` seconds, then every connection closed."""
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    socket_map = _socket_map(server)
+    listeners = _listeners(server)  # taken now: closing removes them from the map
+    loop = {"use_poll": True, "map": socket_map, "count": 1}
+    try:
+        while not stop.is_set():
+            wasyncore.loop(timeout=0.5, **loop)
+        log.info("stopping: no new connections, finishing requests in flight")
+        for listener in listeners:
+            listener.accepting = False
+            listener.del_channel()
+            listener.socket.close()
+        deadline = time.monotonic() + drain_timeout
+        while time.monotonic() < deadline and _in_flight(socket_map):
+            wasyncore.loop(timeout=0.05, **loop)
+        left = _in_flight(socket_map)
+        if left:
+            log.warning("drain time over: closing %d connection(s) with work in flight", left)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for dispatcher in {id(d.task_dispatcher): d.task_dispatcher for d in listeners}.values():
+            dispatcher.shutdown(timeout=1)
+        wasyncore.close_all(socket_map)
+
+
+def _in_flight(socket_map: dict) -> int:
+    """Connections with a request being received, processed or answered."""
+    return sum(
+        1
+        for channel in list(socket_map.values())
+        if isinstance(channel, HTTPChannel)
+        and (
+            channel.requests
+            or channel.total_outbufs_len
+            or channel.request is not None  # a request received in part
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    slot = _AppSlot()
+    try:
+        server = bind(settings, slot)
+    except (OSError, ValueError, socket.gaierror) as exc:
+        return _fail(f"cannot listen on {settings.host}:{settings.port}: {exc}")
+    for warning in settings.warnings():
+        print(f"chair_server: warning: {warning}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     try:
         scorer = load_scorer(settings)
     except (OSError, ValueError) as exc:
-        print(f"chair_server: cannot load ground truth: {exc}", file=sys.stderr)
-        return 2
-    logging.getLogger("chair_server").info(
+        return _fail(f"cannot load ground truth: {exc}")
+    if scorer.num_images == 0:
+        return _fail(f"ground truth from {scorer.source} has no images: every caption would fail")
+    log.info(
         "ground truth: %d images from %s in %.1fs%s",
         scorer.num_images,
         scorer.source,
         time.perf_counter() - started,
         " (cache)" if scorer.loaded_from_cache else "",
     )
-    app = create_app(scorer, settings)
-    server = create_server(
-        app,
-        host=settings.host,
-        port=settings.port,
-        threads=settings.workers,
-        # waitress's own cap sits above the app's so the app answers 413 as JSON
-        max_request_body_size=2 * settings.max_body_bytes + (1 << 20),
-        ident="chair_server",
-    )
+    slot.app = create_app(scorer, settings)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     # a host name that resolves to several addresses gives one socket each (MultiSocketServer)
     port = getattr(server, "effective_port", None) or server.effective_listen[0][1]
     url = f"http://{host}:{port}"
-
-    def _stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
     if settings.ready_file:
         tmp = Path(settings.ready_file + ".tmp")
         tmp.write_text(url)
         os.replace(tmp, settings.ready_file)
     print(f"CHAIR server listening on {url}", flush=True)
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    serve(server, settings.drain_timeout)
     return 0
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
@@ -14,9 +15,12 @@ from werkzeug.exceptions import HTTPException
 
 from chair_server import __version__, vocabulary
 from chair_server.config import ServerSettings
-from chair_server.scorer import ChairScorer
+from chair_server.scorer import ChairScorer, CorpusMetrics
 
 log = logging.getLogger("chair_server")
+
+# seconds a scoring request waits for a free slot before the 503 answer
+SLOT_WAIT = 2.0
 
 
 class BadRequest(ValueError):
@@ -50,8 +54,43 @@ def _json_body() -> object:
     raw = request.get_data(cache=False)
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError as exc:
+        raise BadRequest("body: JSON nested too deeply") from exc
+    except ValueError as exc:  # malformed JSON, bad UTF-8, an integer literal of 4300+ digits
         raise BadRequest(f"body: malformed JSON ({exc})") from exc
+
+
+def _bearer(header: str) -> str:
+    """The token of ``Authorization: Bearer <token>`` (scheme case-insensitive, RFC 7235)."""
+    scheme, _, value = header.strip().partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _printable(text: str) -> str:
+    """Control and non-ASCII characters escaped, so a request path cannot forge log lines."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def _stream(
+    scorer: ChairScorer, items: list[Mapping[str, Any]], include_captions: bool
+) -> Generator[bytes, None, None]:
+    """The answer JSON in pieces of about 64 KiB: one sentence entry in memory at a time."""
+    metrics = CorpusMetrics()
+    pending = [b'{"sentences":[']
+    size = 0
+    for index, entry in enumerate(scorer.iter_score(items)):
+        metrics.add(entry)
+        if not include_captions:
+            entry.pop("caption", None)
+        piece = (b"," if index else b"") + json.dumps(entry, separators=(",", ":")).encode()
+        pending.append(piece)
+        size += len(piece)
+        if size >= 1 << 16:
+            yield b"".join(pending)
+            pending, size = [], 0
+    overall = json.dumps(metrics.result(), separators=(",", ":")).encode()
+    pending.append(b'],"overall_metrics":' + overall + b"}")
+    yield b"".join(pending)
 
 
 def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> Flask:
@@ -62,23 +101,28 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
     caller has it; this halves the answer).
 
     Errors are JSON ``{"error": "..."}``: 400 for malformed JSON or bad fields (named), 401
-    without the bearer token (when one is set; /health stays open for launchers), 413 for a
-    body over ``max_body_mb`` or more than ``max_batch`` captions.
+    without the bearer token (when one is set; /health stays open for launchers), 405 with
+    ``Allow``, 413 for a body over ``max_body_mb`` or more than ``max_batch`` captions, 503 when
+    every scoring slot stayed busy for ``SLOT_WAIT`` seconds (retry).
+
+    Answers to scoring requests are streamed sentence by sentence, and at most ``workers - 1``
+    requests score at once, so one worker thread is always free for ``/health``.
     """
     settings = settings or ServerSettings(ground_truth="<in-memory>")
+    scorer.max_caption_chars = settings.max_caption_chars
     app = Flask("chair_server")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False
     token = settings.token
     categories = list(vocabulary.CATEGORY_NAMES)
+    slots = threading.BoundedSemaphore(max(1, settings.workers - 1))
 
     @app.before_request
     def _start() -> Response | None:
         g.started = time.perf_counter()
         g.count = 0
         if token and request.path != "/health":
-            header = request.headers.get("Authorization", "")
-            given = header[7:] if header.startswith("Bearer ") else ""
+            given = _bearer(request.headers.get("Authorization", ""))
             if not hmac.compare_digest(given.encode(), token.encode()):
                 return _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
         return None
@@ -88,8 +132,8 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         elapsed = (time.perf_counter() - g.get("started", time.perf_counter())) * 1000
         log.info(
             "%s %s %d captions=%d %.1fms",
-            request.method,
-            request.path,
+            _printable(request.method),
+            _printable(request.path),
             response.status_code,
             g.get("count", 0),
             elapsed,
@@ -109,7 +153,11 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         message = exc.description or exc.name
         if exc.code == 413:
             message = f"request body over the limit of {settings.max_body_mb:g} MiB"
-        return _error(exc.code or 500, message)
+        response = _error(exc.code or 500, message)
+        for name, value in exc.get_headers():
+            if name.lower() != "content-type":  # e.g. Allow on 405
+                response.headers[name] = value
+        return response
 
     @app.errorhandler(Exception)
     def _internal(exc: Exception) -> Response:
@@ -135,12 +183,11 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
 
     def _score(items: list[Mapping[str, Any]], include_captions: bool = True) -> Response:
         g.count = len(items)
-        result = scorer.score(items)
-        if not include_captions:
-            for sentence in result["sentences"]:
-                del sentence["caption"]
-        # compact separators: the answer to a 500-caption batch is a few hundred KB
-        body = json.dumps(result, separators=(",", ":"))
+        if not slots.acquire(timeout=SLOT_WAIT):
+            response = _error(503, "busy: every scoring slot is taken, retry shortly")
+            response.headers["Retry-After"] = "1"
+            return response
+        body = _SlotStream(_stream(scorer, items, include_captions), slots.release)
         return Response(body, status=200, mimetype="application/json")
 
     @app.post("/v1/chair")
@@ -169,6 +216,24 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         return _score(items)
 
     return app
+
+
+class _SlotStream:
+    """A streamed answer that gives its scoring slot back when the server closes it (after
+    the last piece, or when the client went away), even if it was never iterated."""
+
+    def __init__(self, pieces: Generator[bytes, None, None], release: Callable[[], None]) -> None:
+        self._pieces = pieces
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._pieces
+
+    def close(self) -> None:
+        self._pieces.close()
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def _error(status: int, message: str) -> Response:

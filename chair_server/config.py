@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import sys
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import NoReturn
+
+# --max-body-mb bounds: under 1 KiB no real request fits; over 1 GiB one request could exhaust memory
+MIN_BODY_MB = 1 / 1024
+MAX_BODY_MB = 1024.0
 
 
 def _help(text: str) -> dict[str, str]:
@@ -62,33 +70,110 @@ class ServerSettings:
         default=None,
         metadata=_help("write the server URL to this file once serving (for launchers)"),
     )
+    max_caption_chars: int = field(
+        default=20000,
+        metadata=_help(
+            "longest caption scored, in characters (default 20000, ~8x a 512-token caption); "
+            "a longer one gets a per-caption error entry"
+        ),
+    )
+    max_connections: int = field(
+        default=500,
+        metadata=_help(
+            "open TCP connections served at once (default 500; waitress's own default of 100 "
+            "let 100 idle sockets lock every client out)"
+        ),
+    )
+    channel_timeout: float = field(
+        default=15.0,
+        metadata=_help(
+            "seconds an idle connection (no bytes received, no request in flight) stays open "
+            "(default 15; waitress's default is 120)"
+        ),
+    )
+    drain_timeout: float = field(
+        default=10.0,
+        metadata=_help(
+            "on SIGTERM/SIGINT: seconds to finish requests in flight before exiting (default 10)"
+        ),
+    )
 
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 1024 * 1024)
 
     def validate(self) -> ServerSettings:
-        """Raise ValueError naming the bad field; returns self for chaining."""
+        """Raise ValueError naming the bad field; returns self for chaining.
+
+        Everything that can be checked without the ground truth is checked here, so a bad
+        command line fails in a second instead of after minutes of parsing annotations.
+        """
         if (self.coco is None) == (self.ground_truth is None):
             raise ValueError("exactly one of coco / ground_truth is required")
+        if not self.host.strip():
+            raise ValueError("host must not be empty")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.max_body_mb <= 0:
-            raise ValueError(f"max_body_mb must be > 0, got {self.max_body_mb}")
+        if not (math.isfinite(self.max_body_mb) and MIN_BODY_MB <= self.max_body_mb <= MAX_BODY_MB):
+            raise ValueError(
+                f"max_body_mb must be a number in [{MIN_BODY_MB:g}, {MAX_BODY_MB:g}], "
+                f"got {self.max_body_mb}"
+            )
+        if self.max_caption_chars < 1:
+            raise ValueError(f"max_caption_chars must be >= 1, got {self.max_caption_chars}")
+        if self.max_connections < 2:
+            raise ValueError(f"max_connections must be >= 2, got {self.max_connections}")
+        for name in ("channel_timeout", "drain_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        if self.token is not None and not self.token.strip():
+            raise ValueError("token must not be empty (leave --token out to run without one)")
+        if self.ready_file is not None:
+            folder = Path(self.ready_file).resolve().parent
+            if not folder.is_dir():
+                raise ValueError(f"ready_file: folder {folder} does not exist")
         return self
+
+    def warnings(self) -> list[str]:
+        """Settings that are allowed but probably unwanted."""
+        found = []
+        if self.token is None and self.host not in ("127.0.0.1", "localhost", "::1"):
+            found.append(
+                f"host {self.host} accepts connections from other machines and no --token is "
+                "set: anyone who can reach the port can use the service"
+            )
+        return found
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Errors as one line on stderr, exit status 2 (launchers show the last line)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
     """Command line -> validated ServerSettings (flags mirror the dataclass fields)."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m chair_server", description="CHAIR object-hallucination scoring service"
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    types = {"port": int, "workers": int, "max_batch": int, "max_body_mb": float}
+    types = {
+        "port": int,
+        "workers": int,
+        "max_batch": int,
+        "max_body_mb": float,
+        "max_caption_chars": int,
+        "max_connections": int,
+        "channel_timeout": float,
+        "drain_timeout": float,
+    }
     for f in fields(ServerSettings):
         flag = "--" + f.name.replace("_", "-")
         target = source if f.name in ("coco", "ground_truth") else parser

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,6 +27,8 @@ class ChairScorer:
         self._extractor = extractor or MentionExtractor()
         self.source = "mapping"
         self.loaded_from_cache = False
+        # longest caption scored (characters); longer ones get an error entry. None: no limit
+        self.max_caption_chars: int | None = None
 
     @classmethod
     def from_coco(
@@ -95,8 +97,17 @@ class ChairScorer:
         length is ``metrics.mentions``); ``hallucinated``: ``[word, category]`` of each mention
         whose category is not in the image's ground truth.
 
-        Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics.
+        Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics; a
+        caption over ``max_caption_chars`` gives ``{"image_id", "error"}`` (its text is not
+        echoed back).
         """
+        limit = self.max_caption_chars
+        if limit is not None and len(caption) > limit:
+            return {
+                "image_id": image_id,
+                "error": f"caption has {len(caption)} characters, more than "
+                f"max_caption_chars={limit}",
+            }
         try:
             key = image_id if type(image_id) is int else gt.normalize_image_id(image_id)
         except ValueError as exc:
@@ -140,7 +151,12 @@ class ChairScorer:
         any object mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect").
         Raises ValueError naming ``captions[i].field`` for a malformed item.
         """
-        sentences = []
+        sentences = list(self.iter_score(items))
+        return {"sentences": sentences, "overall_metrics": overall_metrics(sentences)}
+
+    def iter_score(self, items: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+        """``score``'s sentence entries one at a time (the service streams its answer from
+        this, so memory per request does not grow with the size of the answer)."""
         score_one = self.score_one
         for index, item in enumerate(items):
             try:
@@ -149,8 +165,7 @@ class ChairScorer:
                 _raise_item_error(index, item)
             if type(caption) is not str:
                 raise ValueError(f"captions[{index}].caption must be a string")
-            sentences.append(score_one(image_id, caption))
-        return {"sentences": sentences, "overall_metrics": overall_metrics(sentences)}
+            yield score_one(image_id, caption)
 
 
 def _raise_item_error(index: int, item: object) -> NoReturn:
@@ -162,31 +177,47 @@ def _raise_item_error(index: int, item: object) -> NoReturn:
     raise ValueError(f"captions[{index}] is malformed")
 
 
-def overall_metrics(sentences: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Micro-averaged corpus metrics over scored entries (entries with ``error`` are skipped)."""
-    captions = hallucinated_captions = mentions = hallucinated = truth = recalled = empty = 0
-    words = 0
-    for entry in sentences:
+class CorpusMetrics:
+    """Running micro-averaged corpus metrics: ``add`` each entry, then ``result()``."""
+
+    def __init__(self) -> None:
+        self.entries = self.captions = self.hallucinated_captions = self.mentions = 0
+        self.hallucinated = self.truth = self.recalled = self.empty = self.words = 0
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        """Count one sentence entry (entries with ``error`` only count as errors)."""
+        self.entries += 1
         if "error" in entry:
-            continue
+            return
         m = entry["metrics"]
-        captions += 1
-        hallucinated_captions += m["CHAIRs"]
-        mentions += m["mentions"]
-        hallucinated += m["hallucinated"]
-        truth += m["ground_truth"]
-        recalled += m["recalled"]
-        empty += int(m["mentions"] == 0)
-        words += m["words"]
-    return {
-        "CHAIRs": hallucinated_captions / captions if captions else 0.0,
-        "CHAIRi": hallucinated / mentions if mentions else 0.0,
-        "Recall": recalled / truth if truth else 0.0,
-        "captions": captions,
-        "errors": len(sentences) - captions,
-        "mentions": mentions,
-        "hallucinated_mentions": hallucinated,
-        "hallucinated_captions": hallucinated_captions,
-        "no_mention_captions": empty,
-        "mean_length": words / captions if captions else 0.0,
-    }
+        self.captions += 1
+        self.hallucinated_captions += m["CHAIRs"]
+        self.mentions += m["mentions"]
+        self.hallucinated += m["hallucinated"]
+        self.truth += m["ground_truth"]
+        self.recalled += m["recalled"]
+        self.empty += int(m["mentions"] == 0)
+        self.words += m["words"]
+
+    def result(self) -> dict[str, Any]:
+        captions = self.captions
+        return {
+            "CHAIRs": self.hallucinated_captions / captions if captions else 0.0,
+            "CHAIRi": self.hallucinated / self.mentions if self.mentions else 0.0,
+            "Recall": self.recalled / self.truth if self.truth else 0.0,
+            "captions": captions,
+            "errors": self.entries - captions,
+            "mentions": self.mentions,
+            "hallucinated_mentions": self.hallucinated,
+            "hallucinated_captions": self.hallucinated_captions,
+            "no_mention_captions": self.empty,
+            "mean_length": self.words / captions if captions else 0.0,
+        }
+
+
+def overall_metrics(sentences: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Micro-averaged corpus metrics over scored entries (entries with ``error`` are skipped)."""
+    metrics = CorpusMetrics()
+    for entry in sentences:
+        metrics.add(entry)
+    return metrics.result()
