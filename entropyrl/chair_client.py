@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import operator
 import threading
 import time
 import urllib.error
@@ -38,6 +39,29 @@ class _Retryable(Exception):
 
 class _Fatal(Exception):
     pass
+
+
+class _TooLarge(_Fatal):
+    """HTTP 413: the chunk is over the service's --max-batch or --max-body-mb."""
+
+
+def _image_id(value: object) -> int | str | None:
+    """The id as the service accepts it (an int or a string), None when it cannot be one.
+
+    numpy and other integer types (anything with ``__index__``) become ints; bools, floats,
+    None and containers are refused, as the service refuses them.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | str):
+        return value
+    index = getattr(type(value), "__index__", None)
+    if index is None or type(value).__name__.startswith("bool"):  # numpy.bool_ has __index__
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 class ChairClient:
@@ -93,6 +117,8 @@ class ChairClient:
                 "scored_samples",
                 "error_samples",
                 "fallback_samples",
+                "invalid_samples",
+                "splits",
             ),
             0,
         )
@@ -105,7 +131,8 @@ class ChairClient:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Raw counters: requests, retries, failures (chunks), scored/error/fallback samples."""
+        """Raw counters: requests, retries, failures (chunks), scored/error/fallback samples,
+        invalid samples (ids the service would refuse) and splits (chunks halved after 413)."""
         with self._lock:
             return dict(self._counts)
 
@@ -137,6 +164,8 @@ class ChairClient:
             detail = exc.read()[:500].decode("utf-8", "replace")
             if exc.code >= 500:
                 raise _Retryable(f"HTTP {exc.code}: {detail}") from exc
+            if exc.code == 413:
+                raise _TooLarge(f"HTTP 413: {detail}") from exc
             raise _Fatal(f"HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             # refused/reset connections, time-outs, truncated answers: all worth a retry
@@ -175,9 +204,16 @@ class ChairClient:
         """Per-sample service entries in input order; None where the service failed.
 
         ``items`` are ``{"image_id": int | str, "caption": str}`` mappings (ValueError naming
-        the field otherwise). See the module docstring for telling results apart.
+        the field otherwise). Integer ids of other types (numpy) are sent as ints. An id the
+        service would refuse (a float, None, a bool, a list) makes only that sample None,
+        counted in ``chair/invalid_samples`` and ``chair/fallback_samples`` (ValueError with
+        ``strict=True``), instead of failing its whole chunk. A 413 answer (a chunk over the
+        service's ``--max-batch`` or ``--max-body-mb``) splits the chunk in halves and sends
+        them again; a single caption still refused falls back alone. See the module docstring
+        for telling results apart.
         """
         captions: list[dict[str, Any]] = []
+        positions: list[int] = []
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise ValueError(f"items[{i}] must be a mapping with image_id and caption")
@@ -186,26 +222,59 @@ class ChairClient:
                     raise ValueError(f"items[{i}].{name} is missing")
             if not isinstance(item["caption"], str):
                 raise ValueError(f"items[{i}].caption must be a string")
-            captions.append({"image_id": item["image_id"], "caption": item["caption"]})
-        results: list[dict[str, Any] | None] = [None] * len(captions)
+            image_id = _image_id(item["image_id"])
+            if image_id is None:
+                if self.strict:
+                    raise ValueError(
+                        f"items[{i}].image_id must be an integer or a string, "
+                        f"got {item['image_id']!r}"
+                    )
+                self._count(invalid_samples=1, fallback_samples=1)
+                continue
+            captions.append({"image_id": image_id, "caption": item["caption"]})
+            positions.append(i)
+        results: list[dict[str, Any] | None] = [None] * len(items)
         deadline = time.monotonic() + self.total_timeout
         failure: str | None = None
         for start in range(0, len(captions), self.max_batch):
             chunk = captions[start : start + self.max_batch]
             if failure is None:
                 try:
-                    sentences = self._score_chunk(chunk, deadline)
+                    sentences = self._score_splitting(chunk, deadline)
                 except _Fatal as exc:
                     failure = str(exc)
                 else:
-                    results[start : start + len(chunk)] = sentences
-                    errors = sum(1 for s in sentences if "error" in s)
-                    self._count(scored_samples=len(chunk) - errors, error_samples=errors)
+                    for offset, sentence in enumerate(sentences):
+                        results[positions[start + offset]] = sentence
+                    refused = sentences.count(None)
+                    errors = sum(1 for s in sentences if s is not None and "error" in s)
+                    self._count(
+                        scored_samples=len(chunk) - errors - refused,
+                        error_samples=errors,
+                        failures=refused,
+                        fallback_samples=refused,
+                    )
                     continue
             self._count(failures=1, fallback_samples=len(chunk))
         if failure is not None and self.strict:
             raise ChairServiceError(f"CHAIR service at {self.url} failed: {failure}")
         return results
+
+    def _score_splitting(
+        self, chunk: list[dict[str, Any]], deadline: float
+    ) -> list[dict[str, Any] | None]:
+        """Entries of a chunk; on 413 the two halves are sent on their own (recursively)."""
+        try:
+            return list(self._score_chunk(chunk, deadline))
+        except _TooLarge:
+            if len(chunk) == 1:
+                if self.strict:
+                    raise
+                return [None]
+        middle = len(chunk) // 2
+        self._count(splits=1)
+        first = self._score_splitting(chunk[:middle], deadline)
+        return first + self._score_splitting(chunk[middle:], deadline)
 
     def health(self, timeout: float | None = None) -> bool:
         """One ``GET /health``; True when the service answers 200."""

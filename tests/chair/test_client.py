@@ -192,3 +192,62 @@ def test_hanging_service_is_bounded() -> None:
         client = ChairClient(url, timeout=0.2, retries=1, backoff=0.01, total_timeout=1.0)
         assert client.score(ITEMS) == [None] * 5
         assert client.stats["requests"] == 2 and client.stats["retries"] == 1
+
+
+def test_one_bad_image_id_falls_back_alone(chair_server_url) -> None:
+    """Ids the service would refuse are caught before sending: the rest of the chunk is scored."""
+    items = [{"image_id": 1001, "caption": "A dog."}] * 6
+    items[1] = {"image_id": 1001.0, "caption": "A dog."}
+    items[3] = {"image_id": None, "caption": "A dog."}
+    items[4] = {"image_id": True, "caption": "A dog."}
+    client = ChairClient(chair_server_url, max_batch=512)
+    result = client.score(items)
+    assert [r is None for r in result] == [False, True, False, True, True, False]
+    assert all(result[i]["metrics"]["mentions"] == 1 for i in (0, 2, 5))
+    stats = client.stats
+    assert stats["invalid_samples"] == 3 and stats["fallback_samples"] == 3
+    assert stats["scored_samples"] == 3 and stats["requests"] == 1
+    with pytest.raises(ValueError, match=r"items\[1\].image_id"):
+        ChairClient(chair_server_url, strict=True).score(items)
+
+
+def test_numpy_integer_ids_are_sent_as_ints(chair_server_url) -> None:
+    np = pytest.importorskip("numpy")
+    items = [
+        {"image_id": np.int64(1001), "caption": "A man and a cat."},
+        {"image_id": np.int32(1002), "caption": "A toilet."},
+        {"image_id": np.uint16(1003), "caption": "An elephant."},
+    ]
+    for strict in (False, True):
+        result = ChairClient(chair_server_url, strict=strict).score(items)
+        assert [r["image_id"] for r in result] == [1001, 1002, 1003]
+        assert [r["metrics"]["mentions"] for r in result] == [2, 1, 1]
+    assert ChairClient(chair_server_url).score([{"image_id": np.bool_(True), "caption": "x"}]) == [
+        None
+    ]
+
+
+def test_batch_over_the_service_limit_is_split_and_retried(
+    chair_server_url, session_gt_file, sample_items
+) -> None:
+    """The fixture service allows 64 captions per request; the client sends chunks of 200."""
+    items = (sample_items * 5)[:200]
+    client = ChairClient(chair_server_url, max_batch=200)
+    got = client.score(items)
+    expected = ChairScorer.from_ground_truth(session_gt_file).score(items)["sentences"]
+    assert got == json.loads(json.dumps([drop_caption(e) for e in expected]))
+    stats = client.stats
+    assert stats["fallback_samples"] == 0 and stats["splits"] >= 2
+    assert stats["scored_samples"] + stats["error_samples"] == 200
+
+
+def test_single_caption_over_the_body_limit_falls_back_alone(chair_server_url) -> None:
+    """A caption bigger than the fixture service's 0.05 MiB body limit: only it falls back."""
+    items = [{"image_id": 1001, "caption": "A dog."}] * 3
+    items[1] = {"image_id": 1001, "caption": "dog " * 20000}
+    client = ChairClient(chair_server_url, max_batch=3)
+    result = client.score(items)
+    assert [r is None for r in result] == [False, True, False]
+    assert client.stats["fallback_samples"] == 1 and client.stats["scored_samples"] == 2
+    with pytest.raises(ChairServiceError, match="413"):
+        ChairClient(chair_server_url, max_batch=3, strict=True).score(items)
