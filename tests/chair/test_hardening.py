@@ -378,7 +378,10 @@ def test_concurrent_clients_during_shutdown_get_whole_answers_or_refusals(sessio
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    for _ in range(1200):  # stop once answers are flowing
+        if "ok" in outcomes:
+            break
+        time.sleep(0.05)
     srv.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(120)
