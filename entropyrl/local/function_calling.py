@@ -1,14 +1,24 @@
-"""`entropyrl demo --task function-calling`: text EGPO on a synthetic tool-use task.
+"""`entropyrl demo --task function-calling`: text GRPO vs EGPO on a tiny tool-use world.
 
-A few tool schemas and template queries, each with one deterministic correct call; the prompt is
-the Qwen2.5 chat template with the tools in the system turn. The reward is the strict binary
-function-calling reward (`entropyrl.rewards.function_calling.compute_score`: `<think>` block,
-then exact `<tool_call>` JSON equal to the ground truth). A tiny Qwen2 text model is warmed up
-on correct answers, then each RL variant (default GRPO vs EGPO) runs from the same checkpoint.
+The world: three tools (`TOOLS`) and template requests, each with one correct call whose
+arguments are copied from the request. The prompt is Qwen's chat format with a compact tool list
+in the system turn (the full Qwen2.5 tools header is ~200 tokens, which a 2-core CPU pays for in
+every forward); the response format is the real one: ``<think>...</think>`` then
+``<tool_call>\\n{json}\\n</tool_call>``, scored by the strict binary reward
+(`entropyrl.rewards.function_calling.compute_score`).
+
+The warm-up data is demonstrations with habits the strict reward rejects, as SFT data from
+another source has: in a share ``noise_rate`` of them each tool carries its own habit (integers
+written as floats for `convert_currency`, an argument the schema lacks for `get_weather`, an
+inline block without the template's newlines for `set_timer`). After the warm-up the model
+produces those habits some of the time; RL with the strict reward can remove them. GRPO and
+EGPO then run from the same checkpoint with the same seed, and held-out requests are scored
+greedily before and after.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -27,12 +37,20 @@ from entropyrl.local.report import markdown_table, plot_curves, write_summary
 from entropyrl.local.rl import RewardOutput
 from entropyrl.local.runner import MetricsLog, run_rl, run_warmup
 
-__all__ = ["TOOLS", "FunctionCallingTask", "ToolQuery", "make_queries", "run_function_calling_demo"]
+__all__ = [
+    "FLAWS",
+    "TOOLS",
+    "FunctionCallingTask",
+    "ToolQuery",
+    "is_held_out",
+    "make_queries",
+    "run_function_calling_demo",
+    "split_queries",
+    "system_prompt",
+]
 
 
 def _tool(name: str, properties: dict[str, str]) -> dict[str, Any]:
-    # Short schemas: the tools block is part of every prompt, and a tiny model on 2 CPU cores
-    # pays for each prompt token in every forward.
     return {"name": name, "parameters": properties}
 
 
@@ -42,13 +60,36 @@ TOOLS: list[dict[str, Any]] = [
     _tool("set_timer", {"minutes": "integer"}),
 ]
 
+# The habit each tool's flawed demonstrations carry; every one scores 0 under the strict reward.
+FLAWS: dict[str, str] = {
+    "convert_currency": "float",  # "amount": 19.0 for the integer 19 (BFCL: a type error)
+    "get_weather": "extra",  # an argument the schema does not have
+    "set_timer": "inline",  # <tool_call>{...}</tool_call>: BFCL's Qwen decoder finds no call
+}
+
 _CITIES = ("Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Rome", "Delhi", "Quito", "Seoul", "Berlin")
 _CURRENCIES = ("USD", "EUR", "JPY", "GBP", "CHF", "INR")
+# Round numbers from a short list: a 2-layer model copies them after a few hundred warm-up steps
+# (arbitrary 2-digit numbers were still miscopied after 400), so the errors left are the habits.
+_AMOUNTS = (5, 10, 15, 20, 25, 50, 75, 90)
+_MINUTES = (5, 10, 15, 20, 30, 40, 45, 60)
+
+
+def system_prompt() -> str:
+    """The tool list of the system turn: ``name(param, ...)``, types only for the integers."""
+    signatures = [
+        tool["name"]
+        + "("
+        + ", ".join(k if v != "integer" else f"{k}: integer" for k, v in tool["parameters"].items())
+        + ")"
+        for tool in TOOLS
+    ]
+    return "Tools: " + "; ".join(signatures)
 
 
 @dataclass(frozen=True)
 class ToolQuery:
-    """A user query and its one correct call."""
+    """A user request and its one correct call."""
 
     query: str
     name: str
@@ -57,30 +98,60 @@ class ToolQuery:
     def ground_truth(self) -> list[dict[str, Any]]:
         return [{"name": self.name, "arguments": self.arguments}]
 
-    def answer(self) -> str:
-        """The reference response: a short reasoning block, then the call in Qwen's syntax."""
-        call = json.dumps({"name": self.name, "arguments": self.arguments})
-        return f"<think>use {self.name}</think>\n<tool_call>\n{call}\n</tool_call>"
+    def answer(self, flaw: str | None = None) -> str:
+        """The reference response (``flaw`` None), or one with a habit from `FLAWS`."""
+        arguments = dict(self.arguments)
+        if flaw == "float":
+            arguments = {k: float(v) if type(v) is int else v for k, v in arguments.items()}
+        elif flaw == "extra":
+            arguments["lang"] = "en"
+        elif flaw not in (None, "inline"):
+            raise ValueError(f"flaw must be None or one of {sorted(set(FLAWS.values()))}")
+        call = json.dumps({"name": self.name, "arguments": arguments})
+        block = (
+            f"<tool_call>{call}</tool_call>"
+            if flaw == "inline"
+            else (f"<tool_call>\n{call}\n</tool_call>")
+        )
+        return f"<think>use {self.name}</think>\n{block}"
+
+
+_TEMPLATES = {
+    "get_weather": (
+        "What is the weather in {c} in {u}?",
+        "Weather for {c}, in {u} please.",
+        "How warm is {c}? Answer in {u}.",
+        "Tell me the {u} temperature in {c}.",
+    ),
+    "convert_currency": (
+        "Convert {a} {s} to {t}.",
+        "How much is {a} {s} in {t}?",
+        "Change {a} {s} into {t}.",
+        "What are {a} {s} worth in {t}?",
+    ),
+    "set_timer": (
+        "Set a timer for {m} minutes.",
+        "Start a {m} minute timer.",
+        "Remind me in {m} minutes.",
+        "Timer: {m} minutes, please.",
+    ),
+}
 
 
 def make_queries(count: int, seed: int) -> list[ToolQuery]:
-    """`count` deterministic queries spread over the tools."""
+    """`count` deterministic queries spread over the tools (the same text may repeat)."""
     rng = random.Random(f"entropyrl-fc-{seed}")
     out = []
     for k in range(count):
         kind = k % 3
         if kind == 0:
             city, unit = rng.choice(_CITIES), rng.choice(("celsius", "fahrenheit"))
-            query = rng.choice(
-                ("What is the weather in {c} in {u}?", "Weather for {c}, in {u} please.")
-            ).format(c=city, u=unit)
+            query = rng.choice(_TEMPLATES["get_weather"]).format(c=city, u=unit)
             out.append(ToolQuery(query, "get_weather", {"city": city, "unit": unit}))
         elif kind == 1:
-            amount = rng.randint(2, 99)
+            amount = rng.choice(_AMOUNTS)
             source, target = rng.sample(_CURRENCIES, 2)
-            query = rng.choice(("Convert {a} {s} to {t}.", "How much is {a} {s} in {t}?")).format(
-                a=amount, s=source, t=target
-            )
+            query = rng.choice(_TEMPLATES["convert_currency"]).format(a=amount, s=source, t=target)
             out.append(
                 ToolQuery(
                     query,
@@ -89,29 +160,70 @@ def make_queries(count: int, seed: int) -> list[ToolQuery]:
                 )
             )
         else:
-            minutes = rng.randint(1, 59)
-            query = rng.choice(
-                ("Set a timer for {m} minutes.", "Start a {m} minute timer.")
-            ).format(m=minutes)
+            minutes = rng.choice(_MINUTES)
+            query = rng.choice(_TEMPLATES["set_timer"]).format(m=minutes)
             out.append(ToolQuery(query, "set_timer", {"minutes": minutes}))
     return out
 
 
-class FunctionCallingTask:
-    """Prompts (left-padded), strict binary rewards and greedy evaluation; items are queries."""
+def is_held_out(query: ToolQuery) -> bool:
+    """One request text in five (by a hash of the text) is only ever used for evaluation."""
+    digest = hashlib.sha1(query.query.encode("utf-8")).digest()
+    return digest[0] % 5 == 0
 
-    def __init__(self, tokenizer: Any, train: list[ToolQuery], test: list[ToolQuery]) -> None:
+
+def split_queries(
+    num_train: int, num_test: int, seed: int
+) -> tuple[list[ToolQuery], list[ToolQuery]]:
+    """Training queries (repeats allowed) and distinct held-out ones, no text in both.
+
+    The held-out set takes the tools in turn, so each is evaluated about equally often.
+    """
+    pool = make_queries(max(3 * (num_train + num_test), 600), seed)
+    train = [q for q in pool if not is_held_out(q)][:num_train]
+    by_tool: dict[str, list[ToolQuery]] = {name: [] for name in FLAWS}
+    distinct = {q.query: q for q in pool if is_held_out(q)}
+    for query in distinct.values():
+        by_tool[query.name].append(query)
+    test: list[ToolQuery] = []
+    while len(test) < num_test and any(by_tool.values()):
+        for queue in by_tool.values():
+            if queue and len(test) < num_test:
+                test.append(queue.pop(0))
+    return train, test
+
+
+class FunctionCallingTask:
+    """Prompts (left-padded), strict binary rewards and greedy evaluation; items are queries.
+
+    ``noise_rate`` is the share of warm-up demonstrations that carry their tool's habit.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        train: list[ToolQuery],
+        test: list[ToolQuery],
+        *,
+        noise_rate: float = 0.0,
+    ) -> None:
+        if not 0.0 <= noise_rate <= 1.0:
+            raise ValueError(f"noise_rate must be in [0, 1], got {noise_rate}")
         self.tokenizer = tokenizer
         self.train_ids = list(range(len(train)))
         self.train = train
         self.test = test
+        self.noise_rate = noise_rate
         self._prompt_cache: dict[str, list[int]] = {}
+        self._system = system_prompt()
 
     def _prompt_ids(self, query: ToolQuery) -> list[int]:
         if query.query not in self._prompt_cache:
             text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": query.query}],
-                tools=TOOLS,
+                [
+                    {"role": "system", "content": self._system},
+                    {"role": "user", "content": query.query},
+                ],
                 tokenize=False,
                 add_generation_prompt=True,
             )
@@ -134,18 +246,30 @@ class FunctionCallingTask:
     def reward(self, texts: Sequence[str], items: Sequence[Any]) -> RewardOutput:
         from entropyrl.rewards.function_calling import score_details
 
-        details = [score_details(t, q.ground_truth()) for t, q in zip(texts, self._queries(items))]
+        queries = self._queries(items)
+        details = [score_details(t, q.ground_truth()) for t, q in zip(texts, queries)]
         scores = np.array([d["score"] for d in details], dtype=np.float64)
         metrics = {
             "accuracy": float(scores.mean()),
             "format_ok": float(np.mean([d["format_ok"] for d in details])),
         }
+        for tool in FLAWS:
+            picked = [s for s, q in zip(scores, queries) if q.name == tool]
+            if picked:
+                metrics[f"accuracy/{tool}"] = float(np.mean(picked))
         return RewardOutput(scores=scores, chair_i=None, metrics=metrics)
+
+    def warmup_answer(self, query: ToolQuery, rng: random.Random) -> str:
+        """A demonstration: the reference, or with probability `noise_rate` the tool's habit."""
+        return query.answer(FLAWS[query.name] if rng.random() < self.noise_rate else None)
 
     def warmup_batch(self, rng: random.Random, size: int) -> tuple[list[int], list[list[int]]]:
         ids = [rng.choice(self.train_ids) for _ in range(size)]
         eos = self.tokenizer.eos_token_id
-        return ids, [[*self.tokenizer.encode(self.train[i].answer()), eos] for i in ids]
+        targets = [
+            [*self.tokenizer.encode(self.warmup_answer(self.train[i], rng)), eos] for i in ids
+        ]
+        return ids, targets
 
     @torch.no_grad()
     def evaluate(self, model: Any, *, max_new_tokens: int, batch_size: int = 32):
@@ -167,8 +291,36 @@ FC_COLUMNS = (
     ("stage", "held-out (greedy)"),
     ("accuracy_pct", "strict accuracy %"),
     ("format_pct", "format ok %"),
+    ("entropy", "rollout entropy (last 10 steps)"),
+    ("bonus_mean", "EGPO bonus mean"),
+    ("bonus_clip_frac", "EGPO bonus capped"),
     ("train_seconds", "train s"),
 )
+
+
+def _tail_mean(history: Sequence[dict[str, float]], key: str, last: int = 10) -> float:
+    values = [h[key] for h in history[-last:] if key in h]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def rl_summary(history: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Means over an RL run: rollout entropy (first and last 10 steps), reward, EGPO bonus."""
+
+    def mean(key: str) -> float:
+        values = [h[key] for h in history if key in h]
+        return float(np.mean(values)) if values else float("nan")
+
+    return {
+        "entropy_first": float(np.mean([h["entropy"] for h in history[:10]]))
+        if history
+        else float("nan"),
+        "entropy_last": _tail_mean(history, "entropy"),
+        "reward_mean": mean("reward"),
+        "reward_last": _tail_mean(history, "reward"),
+        "bonus_mean": mean("egpo/bonus/mean"),
+        "bonus_clip_frac": mean("egpo/bonus/clip_frac"),
+        "seq_entropy_mean": mean("egpo/entropy/seq_mean"),
+    }
 
 
 def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
@@ -200,23 +352,32 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
             seed=cfg.seed,
         )
     model.to(pick_device(cfg.device))
-    queries = make_queries(cfg.num_train + cfg.num_test, cfg.seed)
-    task = FunctionCallingTask(tokenizer, queries[: cfg.num_train], queries[cfg.num_train :])
+    train, test = split_queries(cfg.num_train, cfg.num_test, cfg.seed)
+    queries = train + test
+    task = FunctionCallingTask(tokenizer, train, test, noise_rate=cfg.noise_rate)
+    longest = max(len(tokenizer.encode(q.answer(FLAWS[q.name]))) for q in queries[:50])
     max_tokens = max(len(tokenizer.encode(q.answer())) for q in queries) + 4
-    cfg.max_new_tokens = max(cfg.max_new_tokens, max_tokens)
+    cfg.max_new_tokens = max(cfg.max_new_tokens, longest + 4, max_tokens)
     warm = run_warmup(model, task, cfg, steps=cfg.warmup_steps, seed=cfg.seed, log=log)
-    before, before_records = task.evaluate(model, max_new_tokens=max_tokens)
+    before, before_records = task.evaluate(model, max_new_tokens=cfg.max_new_tokens)
     log.write("eval", 0, before, variant="warm-up")
-    rows = [_row("after warm-up", before, warm["seconds"])]
+    rows = [_row("after warm-up", before, {}, warm["seconds"])]
     checkpoint = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results: dict[str, Any] = {}
     for variant in cfg.variants():  # same seed, data and checkpoint
         model.load_state_dict(checkpoint)
         rl = run_rl(model, task, cfg, variant, seed=cfg.seed, log=log)
-        after, records = task.evaluate(model, max_new_tokens=max_tokens)
+        after, records = task.evaluate(model, max_new_tokens=cfg.max_new_tokens)
         log.write("eval", cfg.steps, after, variant=variant)
-        rows.append(_row(f"after RL: {variant}", after, rl["seconds"]))
-        results[variant] = {"eval": after, "seconds": rl["seconds"], "samples": records[:5]}
+        stats = rl_summary(rl["history"])
+        rows.append(_row(f"after RL: {variant}", after, stats, rl["seconds"]))
+        results[variant] = {
+            "eval": after,
+            "rl": stats,
+            "seconds": rl["seconds"],
+            "samples": records[:5],
+        }
+    model.load_state_dict(checkpoint)
     table = markdown_table(rows, FC_COLUMNS)
     summary = {
         "task": "function-calling",
@@ -225,6 +386,9 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
             "steps": cfg.steps,
             "warmup_steps": cfg.warmup_steps,
             "lr": cfg.lr,
+            "noise_rate": cfg.noise_rate,
+            "num_train": cfg.num_train,
+            "num_test": cfg.num_test,
         },
         "warmup": {**warm, "eval": before, "samples": before_records[:5]},
         "variants": results,
@@ -244,17 +408,22 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
             ("entropy", "token entropy"),
             ("response_length", "response tokens"),
             ("adv_abs_mean", "|advantage|"),
-            ("clip_frac_high", "clip frac (high)"),
+            ("egpo/bonus/mean", "EGPO bonus mean"),
         ),
     )
     print(table)
     return summary
 
 
-def _row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
+def _row(
+    stage: str, metrics: dict[str, float], stats: dict[str, float], seconds: float
+) -> dict[str, Any]:
     return {
         "stage": stage,
         "accuracy_pct": 100 * metrics["accuracy"],
         "format_pct": 100 * metrics["format_ok"],
+        "entropy": stats.get("entropy_last", float("nan")),
+        "bonus_mean": stats.get("bonus_mean", float("nan")),
+        "bonus_clip_frac": stats.get("bonus_clip_frac", float("nan")),
         "train_seconds": seconds,
     }
