@@ -268,3 +268,55 @@ def test_bfcl_verdict_rejects_what_it_cannot_judge():
         bfcl_verdict("x", entry, None, "simple_python")
     with pytest.raises(TypeError):
         bfcl_verdict(None, entry, [], "simple_python")
+
+
+def _response_strategy():
+    from hypothesis import strategies as st
+
+    names = st.sampled_from(["f", "get_weather", "db.query"])
+    values = st.one_of(
+        st.integers(-5, 5), st.sampled_from(["a", "B c", "</x>", "\\n"]), st.booleans()
+    )
+    calls = st.builds(
+        lambda name, args: json.dumps({"name": name, "arguments": args}),
+        names,
+        st.dictionaries(st.sampled_from(["x", "y"]), values, max_size=2),
+    )
+    block = st.one_of(
+        calls.map(lambda c: f"<tool_call>\n{c}\n</tool_call>"),  # the template
+        calls.map(lambda c: f"<tool_call>{c}</tool_call>"),  # inline
+        calls.map(lambda c: f"<tool_call>\n{c}</tool_call>"),
+        calls.map(lambda c: f"<tool_call>\n {c} \n</tool_call>"),
+        calls.map(lambda c: f"<tool_call>\n{c[:-1]}\n</tool_call>"),  # broken JSON
+        st.sampled_from(["", "\n", " ", "text", "<|im_end|>", "<tool_call>\n", "</tool_call>"]),
+    )
+    think = st.sampled_from(
+        ["<think>\nwhy\n</think>\n\n", "<think>x</think>", "", "<think></think>"]
+    )
+    return st.builds(lambda t, parts: t + "".join(parts), think, st.lists(block, max_size=4))
+
+
+def test_what_the_strict_parser_accepts_bfcl_decodes_to_the_same_calls():
+    """No format drift: every response the strict parser accepts, BFCL's Qwen FC decoder reads
+    as exactly the same calls (and a response it rejects may still decode under BFCL)."""
+    from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
+    from hypothesis import given, settings
+
+    from entropyrl.rewards.function_calling import ToolCallFormatError, parse_tool_calls
+
+    handler = eval_runner.get_handler(BFCL_QWEN_FC_MODEL)
+    accepted = []
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(text=_response_strategy())
+    def check(text):
+        try:
+            ours = parse_tool_calls(text)
+        except ToolCallFormatError:
+            return
+        stored = _stored_result(handler, text)
+        assert QwenFCHandler._extract_tool_calls(stored) == ours
+        accepted.append(len(ours))
+
+    check()
+    assert accepted and max(accepted) >= 2  # parallel calls were among the accepted
