@@ -3,7 +3,13 @@
 # per-sample eps_high from each caption's CHAIR_i (0.3 clean / 0.5 hallucinating).
 #
 # usage: bash examples/chair_mscoco.sh [--dry-run] [hydra overrides ...]
+#        bash examples/chair_mscoco.sh --smoke [--out DIR] [--ranks N] [hydra overrides ...]
 #   e.g. bash examples/chair_mscoco.sh trainer.total_epochs=1 algorithm.adv_estimator=egpo_ratio
+#
+# --smoke runs the same verl trainer on this machine's CPU: a tiny Qwen2-VL warmed up on a
+# generated COCO-style world, the real CHAIR service, EGPO advantages and per-sample clip-high,
+# 2 steps; it writes DIR/metrics.jsonl (one row per step) and DIR/config.yaml, then checks them.
+# DIR defaults to runs/chair_mscoco_smoke; the model and data are reused from DIR/assets.
 #
 # environment:
 #   MODEL_PATH          policy (default Qwen/Qwen2.5-VL-3B-Instruct: a local folder or a cached hub id)
@@ -16,17 +22,22 @@
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
 # Starts the CHAIR service on a free port, waits for /health, trains, and stops the service on
-# any exit. Without a GPU, data or model it stops at once and says what is missing.
+# any exit. Without a GPU, data or model it stops at once and says what is missing. If the
+# service does not come up, training goes on without CHAIR scores: every caption keeps its
+# CIDEr-D reward and the neutral clip bound, counted in chair/fallback_samples.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 er_parse_args "$@"
+if er_smoke; then
+  er_smoke_prepare caption runs/chair_mscoco_smoke
+fi
 
 MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
 DATA_DIR="${DATA_DIR:-$ER_ROOT/data/coco}"
 CHAIR_TIMEOUT="${CHAIR_TIMEOUT:-300}"
 
 # 1. prerequisites, cheapest first
-er_require_gpu
+er_smoke || er_require_gpu
 er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare coco --annotations ... --images ... --out $DATA_DIR"
 er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare coco"
 er_require_file "$DATA_DIR/cider_df.json.gz" "CIDEr-D document frequencies, written by entropyrl prepare coco"
@@ -62,25 +73,34 @@ else
   "${chair_cmd[@]}" >"$workdir/chair.log" 2>&1 &
   chair_pid=$!
   deadline=$((SECONDS + CHAIR_TIMEOUT))
-  until [ -s "$workdir/url" ] && "$ER_PYTHON" - "$(cat "$workdir/url")" >/dev/null 2>&1 <<'EOF'; do
+  chair_up=0
+  while :; do
+    if [ -s "$workdir/url" ] && "$ER_PYTHON" - "$(cat "$workdir/url")" >/dev/null 2>&1 <<'EOF'; then
 import sys, urllib.request
 with urllib.request.urlopen(sys.argv[1] + "/health", timeout=2) as response:
     sys.exit(0 if response.status == 200 else 1)
 EOF
-    if ! kill -0 "$chair_pid" 2>/dev/null; then
-      echo "error: the CHAIR service exited:" >&2
-      tail -n 20 "$workdir/chair.log" >&2
-      exit 1
+      chair_up=1
+      break
     fi
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "error: the CHAIR service was not healthy after ${CHAIR_TIMEOUT}s:" >&2
-      tail -n 20 "$workdir/chair.log" >&2
-      exit 1
+    if ! kill -0 "$chair_pid" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+      break
     fi
     sleep 1
   done
-  chair_url="$(cat "$workdir/url")"
-  echo "CHAIR service: $chair_url (pid $chair_pid)"
+  if [ "$chair_up" = 1 ]; then
+    chair_url="$(cat "$workdir/url")"
+    echo "CHAIR service: $chair_url (pid $chair_pid)"
+  else
+    echo "warning: the CHAIR service did not come up (last lines of its log below); training" \
+      "continues without CHAIR scores: CIDEr-D reward only, neutral clip bounds, counted in" \
+      "chair/fallback_samples" >&2
+    tail -n 5 "$workdir/chair.log" >&2 || true
+    # An address nothing listens on: the reward's client takes its documented fallback at
+    # every batch, which the metrics count (the same path as a service that dies mid-run).
+    chair_url="$(cat "$workdir/url" 2>/dev/null || true)"
+    chair_url="${chair_url:-http://127.0.0.1:9}"
+  fi
 fi
 
 # 3. training: verl's own entry point, our config, the caller's overrides last
@@ -93,3 +113,6 @@ er_train_cmd chair_mscoco \
   "trainer.n_gpus_per_node=$ER_N_GPUS" \
   "${ER_ARGS[@]}"
 er_run "${ER_CMD[@]}"
+if er_smoke; then
+  er_smoke_check caption
+fi

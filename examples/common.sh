@@ -1,32 +1,95 @@
 # Shared helpers for the verl launch scripts (sourced, not run).
 #
 # Every script accepts `--dry-run` (or DRY_RUN=1): prerequisite failures become notes and each
-# command is printed, shell-quoted, instead of run. Remaining arguments are Hydra overrides
-# passed through to verl.
+# command is printed, shell-quoted, instead of run. `--smoke [--out DIR] [--ranks N]` runs the
+# same verl trainer on this machine's CPU with a tiny model and generated data
+# (entropyrl.verl.smoke prepares them, then checks DIR/metrics.jsonl). Remaining arguments are
+# Hydra overrides passed through to verl.
 
 ER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ER_PYTHON="${PYTHON:-python3}"
 ER_DRY_RUN="${DRY_RUN:-0}"
+ER_SMOKE=0
+ER_SMOKE_OUT=""
+ER_RANKS=1
 ER_ARGS=()
-ER_QUICKSTART="No GPU run possible here? The CPU quick start runs the same algorithms: bash examples/quickstart.sh"
+ER_SMOKE_OVERRIDES=()
+ER_QUICKSTART="No GPU here? \`bash $0 --smoke\` runs this same verl trainer on the CPU with a tiny model; the CPU quick start (bash examples/quickstart.sh) runs the algorithms on one machine."
 
-# Split "$@" into --dry-run and pass-through overrides (ER_ARGS).
+# Split "$@" into our flags and pass-through overrides (ER_ARGS).
 er_parse_args() {
   ER_ARGS=()
-  local arg
-  for arg in "$@"; do
-    case "$arg" in
+  while [ "$#" -gt 0 ]; do
+    case "$1" in
       --dry-run) ER_DRY_RUN=1 ;;
+      --smoke) ER_SMOKE=1 ;;
+      --out)
+        [ "$#" -ge 2 ] || { echo "error: --out needs a folder" >&2; exit 2; }
+        ER_SMOKE_OUT="$2"
+        shift
+        ;;
+      --out=*) ER_SMOKE_OUT="${1#--out=}" ;;
+      --ranks)
+        [ "$#" -ge 2 ] || { echo "error: --ranks needs a number" >&2; exit 2; }
+        ER_RANKS="$2"
+        shift
+        ;;
+      --ranks=*) ER_RANKS="${1#--ranks=}" ;;
       -h | --help)
         sed -n '2,/^set -/p' "$0" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
         exit 0
         ;;
-      *) ER_ARGS+=("$arg") ;;
+      *) ER_ARGS+=("$1") ;;
     esac
+    shift
   done
+  case "$ER_RANKS" in
+    '' | *[!0-9]* | 0) echo "error: --ranks must be a positive integer, got '$ER_RANKS'" >&2; exit 2 ;;
+  esac
+  if [ "$ER_SMOKE" != "1" ] && { [ -n "$ER_SMOKE_OUT" ] || [ "$ER_RANKS" != "1" ]; }; then
+    echo "error: --out and --ranks belong to --smoke (a GPU run takes trainer.* overrides)" >&2
+    exit 2
+  fi
 }
 
 er_dry_run() { [ "$ER_DRY_RUN" = "1" ]; }
+er_smoke() { [ "$ER_SMOKE" = "1" ]; }
+
+# --smoke: build (or reuse) the tiny model and data, then load the run's environment
+# (DATA_DIR, MODEL_PATH, VERL_PLATFORM=cpu, thread counts, the metrics file) and its
+# overrides (ER_SMOKE_OVERRIDES). er_smoke_prepare TASK DEFAULT_OUT
+er_smoke_prepare() {
+  local task="$1" default_out="$2"
+  ER_SMOKE_OUT="${ER_SMOKE_OUT:-$default_out}"
+  mkdir -p "$ER_SMOKE_OUT"
+  ER_SMOKE_OUT="$(cd "$ER_SMOKE_OUT" && pwd)"
+  er_require_verl
+  echo "smoke: preparing the tiny model and data in $ER_SMOKE_OUT (reused when present)" >&2
+  "$ER_PYTHON" -m entropyrl.verl.smoke prepare "$task" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS" \
+    || er_fail "could not prepare the smoke run (see the message above)"
+  # shellcheck disable=SC1091
+  source "$ER_SMOKE_OUT/smoke.env"
+  mapfile -t ER_SMOKE_OVERRIDES <"$ER_SMOKE_OUT/overrides.txt"
+  ER_N_GPUS="$ER_RANKS"
+}
+
+# --smoke: check DIR/metrics.jsonl after the run. er_smoke_check TASK
+er_smoke_check() {
+  er_dry_run && return 0
+  "$ER_PYTHON" -m entropyrl.verl.smoke check "$1" --out "$ER_SMOKE_OUT"
+}
+
+# verl importable and the version this project is written for (one line, not a traceback).
+er_require_verl() {
+  local found
+  if ! found="$("$ER_PYTHON" -c 'import importlib.metadata as m; print(m.version("verl"))' 2>/dev/null)"; then
+    er_fail "verl is not installed in $ER_PYTHON (install it with: pip install 'verl[verl-core]==0.9.1', or bash tools/setup.sh dev)"
+    return 0
+  fi
+  if [ "$found" != "0.9.1" ]; then
+    er_fail "verl $found is installed; entropyrl's plugin is written for verl 0.9.1 (pip install 'verl[verl-core]==0.9.1')"
+  fi
+}
 
 # A failed prerequisite: stop with the reason and the quick-start pointer (a note in dry-run).
 er_fail() {
@@ -35,7 +98,7 @@ er_fail() {
     return 0
   fi
   echo "error: $*" >&2
-  echo "$ER_QUICKSTART" >&2
+  er_smoke || echo "$ER_QUICKSTART" >&2
   exit 2
 }
 
@@ -103,11 +166,16 @@ er_require_plugin() {
   fi
 }
 
-# The training command: verl's own entry point with one of our configs and the overrides.
+# The training command: verl's own entry point with one of our configs and the overrides
+# (the smoke's overrides, when --smoke, come before the caller's).
 er_train_cmd() {
   local config="$1"
   shift
-  ER_CMD=("$ER_PYTHON" -m verl.trainer.main_ppo --config-path "$ER_ROOT/configs" --config-name "$config" "$@")
+  ER_CMD=("$ER_PYTHON" -m verl.trainer.main_ppo --config-path "$ER_ROOT/configs" --config-name "$config")
+  if er_smoke; then
+    ER_CMD+=("${ER_SMOKE_OVERRIDES[@]}")
+  fi
+  ER_CMD+=("$@")
 }
 
 # Function-calling training (EGPO or GRPO): er_fc_main CONFIG "$@".
@@ -116,9 +184,12 @@ er_fc_main() {
   local config="$1"
   shift
   er_parse_args "$@"
+  if er_smoke; then
+    er_smoke_prepare function-calling "runs/${config}_smoke"
+  fi
   MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
   DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
-  er_require_gpu
+  er_smoke || er_require_gpu
   er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare fc --format xlam --input xlam_function_calling_60k.json --out $DATA_DIR"
   er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
   er_require_model "$MODEL_PATH"
@@ -130,4 +201,7 @@ er_fc_main() {
     "trainer.n_gpus_per_node=$ER_N_GPUS" \
     "${ER_ARGS[@]}"
   er_run "${ER_CMD[@]}"
+  if er_smoke; then
+    er_smoke_check function-calling
+  fi
 }

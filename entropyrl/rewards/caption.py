@@ -43,7 +43,9 @@ class CaptionRewardResult:
     """Per-caption reward and its parts; every array has shape ``[B]``.
 
     ``chair_i``, ``chair_s``, ``recall`` and ``hallucinated`` (number of hallucinated mentions;
-    None when CHAIR was not requested) are NaN where ``chair_ok`` is False.
+    None when CHAIR was not requested) are NaN where ``chair_ok`` is False. ``chair_fallback``
+    marks the captions the scorer gave no answer for (service unreachable: the documented
+    fallback), as opposed to captions it answered with an error (e.g. an unknown image id).
     """
 
     scores: np.ndarray
@@ -54,6 +56,7 @@ class CaptionRewardResult:
     chair_ok: np.ndarray
     chair_requested: bool = False
     hallucinated: np.ndarray | None = None
+    chair_fallback: np.ndarray | None = None
 
     def metrics(self) -> dict[str, float]:
         """Batch means for logging; CHAIR means only over captions CHAIR could score."""
@@ -152,6 +155,7 @@ class CaptionReward:
         recall = np.full(batch, np.nan)
         hallucinated = np.full(batch, np.nan)
         chair_ok = np.zeros(batch, dtype=bool)
+        chair_fallback = np.zeros(batch, dtype=bool)
         if self.chair_client is not None and batch:
             items = [
                 {"image_id": _plain(image_id), "caption": caption}
@@ -161,6 +165,9 @@ class CaptionReward:
             if len(entries) != batch:
                 raise ValueError(f"CHAIR scorer returned {len(entries)} entries for {batch} items")
             for i, entry in enumerate(entries):
+                if entry is None:
+                    chair_fallback[i] = True
+                    continue
                 if not isinstance(entry, Mapping) or "error" in entry:
                     continue
                 try:
@@ -192,4 +199,5 @@ class CaptionReward:
             chair_ok=chair_ok,
             chair_requested=self.chair_client is not None,
             hallucinated=hallucinated if self.chair_client is not None else None,
+            chair_fallback=chair_fallback if self.chair_client is not None else None,
         )

@@ -172,6 +172,28 @@ def _processor_without_torchvision() -> None:
     model_config.hf_processor = hf_processor
 
 
+ROLLOUT_NAME = "hf"
+
+
+def register_hf_rollout() -> None:
+    """Make `rollout.name=hf` known to verl's replica registry and worker-side rollout table.
+
+    By name only (loaded on first use), so registering never imports `hf_rollout` while it may
+    be half-imported. verl 0.9.1 keeps the worker-side table private (`_ROLLOUT_REGISTRY`);
+    `entropyrl doctor` checks that it is still there.
+    """
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    def load_replica() -> type:
+        return importlib.import_module("entropyrl.verl.hf_rollout").HFRolloutReplica
+
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, load_replica)
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = (
+        "entropyrl.verl.hf_rollout.HFServerAdapter"
+    )
+
+
 def install() -> None:
     """Install the CPU fixes in this process (idempotent)."""
     global _installed

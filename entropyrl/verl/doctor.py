@@ -17,19 +17,25 @@ ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "entropyrl"
 PLUGIN_MODULE = "entropyrl.verl.plugin"
 
+SUPPORTED_VERL = "0.9.1"
+
 # Run in a fresh interpreter: only `import verl`, then read verl's registries. Our plugin is
 # never imported explicitly, so this sees exactly what verl's discovery did.
 _FRESH_PROCESS_PROBE = f"""
 import json, sys
 import verl
+from verl.plugin.platform import PlatformRegistry
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
+from verl.workers.rollout.replica import RolloutReplicaRegistry
 print(json.dumps({{
     "verl_version": verl.__version__,
     "plugin_imported": {PLUGIN_MODULE!r} in sys.modules,
     "advantage_estimators": sorted(core_algos.ADV_ESTIMATOR_REGISTRY),
     "policy_losses": sorted(core_algos.POLICY_LOSS_REGISTRY),
     "trainers": sorted(trainer_base.TRAINER_REGISTRY),
+    "rollouts": sorted(RolloutReplicaRegistry._registry),
+    "platforms": sorted(PlatformRegistry.registered_names()),
 }}))
 """
 
@@ -65,6 +71,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"verl: not importable ({error}); install with `pip install 'entropyrl[verl]'`")
         return 1
     print(f"verl: {verl.__version__}")
+    if verl.__version__ != SUPPORTED_VERL:
+        print(
+            f"  MISMATCH: entropyrl's plugin is written for verl {SUPPORTED_VERL} (its CPU "
+            f"backend and rollout use verl internals); install verl[verl-core]=={SUPPORTED_VERL}"
+        )
+        ok = False
+    from entropyrl.verl.cpu_backend import missing_names
+
+    missing = missing_names()
+    print(
+        "verl internals used by the CPU backend and the hf rollout: "
+        + ("present" if not missing else "MISSING " + ", ".join(missing))
+    )
+    ok &= not missing
     policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     print(f"VERL_USE_EXTERNAL_PLUGINS: {policy}")
     declared = entry_point_declared()
@@ -93,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fresh process: FAILED: {error}")
         return 1
     loaded = report["plugin_imported"] and all(
-        name in report[kind] for kind, names in registered.items() for name in names
+        name in report.get(kind, ()) for kind, names in registered.items() for name in names
     )
     print(
         "fresh process (`import verl` only): "

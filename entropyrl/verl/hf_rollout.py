@@ -28,13 +28,12 @@ from typing import Any
 
 import ray
 import torch
-from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 logger = logging.getLogger(__name__)
 
-ROLLOUT_NAME = "hf"
+
 _SERVER_PREFIX = "hf_server_"
 # Tokens a policy must never emit: a sampled vision placeholder breaks the actor's next forward
 # ("image features and image tokens do not match"). vLLM has no such guard; a trained Qwen-VL
@@ -99,6 +98,8 @@ class HFRolloutServer:
         self.node_rank = node_rank
         self.rollout_mode = rollout_mode
         self.global_steps: int | None = None
+        # Sampling repeats for a given seed (verl seeds its own workers; this actor is ours).
+        torch.manual_seed(int(getattr(self.config, "seed", 0) or 0) + replica_rank)
         threads = int(os.environ.get("ENTROPYRL_ROLLOUT_THREADS", "0") or 0)
         if threads > 0:
             torch.set_num_threads(threads)
@@ -451,11 +452,3 @@ class HFServerAdapter(BaseRollout):
                 state[name] = tensor.detach().to("cpu", copy=True)
         if sender:
             await self._server_handle().update_weights.remote(state, global_steps)
-
-
-def register() -> None:
-    """Make `rollout.name=hf` known to verl's replica registry and worker-side rollout registry."""
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFRolloutReplica)
-    # verl 0.9.1 keeps the worker-side table private (`_ROLLOUT_REGISTRY`); `entropyrl doctor`
-    # checks it is still there.
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFServerAdapter"

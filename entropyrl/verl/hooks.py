@@ -82,6 +82,13 @@ def _unwrap(value: Any) -> Any:
     return getattr(value, "data", value)
 
 
+def _reward_info(fields: Any) -> Mapping[str, Any] | None:
+    fields = _unwrap(fields)
+    info = fields.get("reward_extra_info", {}) if isinstance(fields, Mapping) else {}
+    info = _unwrap(info) if info is not None else {}
+    return info if isinstance(info, Mapping) else None
+
+
 def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int) -> torch.Tensor:
     """CHAIR_i per sample [B] from verl's per-sample `extra_fields["reward_extra_info"]`.
 
@@ -95,10 +102,8 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
     if len(extra_fields) != batch_size:
         raise ValueError(f"extra_fields has {len(extra_fields)} rows, the batch has {batch_size}")
     for i, fields in enumerate(extra_fields):
-        fields = _unwrap(fields)
-        info = fields.get("reward_extra_info", {}) if isinstance(fields, Mapping) else {}
-        info = _unwrap(info) if info is not None else {}
-        if not isinstance(info, Mapping) or info.get("chair_ok", True) is False:
+        info = _reward_info(fields)
+        if info is None or info.get("chair_ok", True) is False:
             continue
         value = info.get("chair_i")
         try:
@@ -108,6 +113,36 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
         if math.isfinite(value):
             values[i] = value
     return values
+
+
+def chair_status_metrics(
+    extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
+) -> dict[str, float]:
+    """How this step's samples fared with the CHAIR service (counts over real rows).
+
+    `chair/scored_samples`: CHAIR answered; `chair/fallback_samples`: the service gave no answer
+    (unreachable, the documented fallback); `chair/error_samples`: it answered with an error for
+    that caption (e.g. an unknown image id). Empty when the reward reports no CHAIR at all.
+    """
+    if extra_fields is None:
+        return {}
+    infos = [_reward_info(fields) for fields in extra_fields]
+    if valid is not None:
+        infos = [info for info, keep in zip(infos, valid.tolist()) if keep]
+    infos = [info for info in infos if info is not None and "chair_ok" in info]
+    if not infos:
+        return {}
+    scored = sum(1 for info in infos if bool(_unwrap(info["chair_ok"])))
+    fallback = sum(
+        1
+        for info in infos
+        if not bool(_unwrap(info["chair_ok"])) and bool(_unwrap(info.get("chair_fallback", False)))
+    )
+    return {
+        "chair/scored_samples": float(scored),
+        "chair/fallback_samples": float(fallback),
+        "chair/error_samples": float(len(infos) - scored - fallback),
+    }
 
 
 def clip_schedule_enabled(algorithm: Any) -> bool:
@@ -146,9 +181,11 @@ def clip_ratio_high_from_chair(
         metrics.update(
             {
                 "chair/unavailable_frac": float((~available).float().mean().item()),
-                "clip/high_mean": float(clip_valid.mean().item()),
-                "clip/high_min": float(clip_valid.min().item()),
-                "clip/high_max": float(clip_valid.max().item()),
+                # `clip/bound_*`: the bounds the schedule gave this step's samples. The actor's
+                # loss reports its own `clip/high_mean` (the bound over the tokens it saw).
+                "clip/bound_mean": float(clip_valid.mean().item()),
+                "clip/bound_min": float(clip_valid.min().item()),
+                "clip/bound_max": float(clip_valid.max().item()),
             }
         )
     if available.any():

@@ -12,12 +12,14 @@ verl's.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, register_policy_loss
 
 from entropyrl.losses import ppo_clip_loss
+from entropyrl.verl import trace
 from entropyrl.verl.inputs import current_clip_high, per_sample_clip_high
 
 LOSS_NAME = "per_sample_clip"
@@ -199,5 +201,33 @@ class PerSampleClipPPOLoss:
                 f"the batch carries a per-sample {self.field!r} but "
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}; set it to {LOSS_NAME!r}"
             )
+        if trace.trace_dir() is not None:
+            self._trace(data, clip_high)
         with per_sample_clip_high(clip_high):
             return ppo_loss(config, model_output, data, dp_group)
+
+    def _trace(self, data: Any, clip_high: torch.Tensor | None) -> None:
+        """Record what this micro-batch's loss sees per sample (see `entropyrl.verl.trace`)."""
+        mask = _dense(data["response_mask"])
+        responses = _dense(data["responses"]) if "responses" in data else None
+        if responses is None:  # no response ids in the micro-batch: the tail of input_ids
+            responses = _dense(data["input_ids"])[:, -mask.shape[-1] :]
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        step = data.get("global_steps", None)
+        step = getattr(step, "data", step)
+        trace.write(
+            f"worker-{rank}-{os.getpid()}",
+            trace.sample_rows(
+                responses=responses,
+                response_mask=mask,
+                clip_high=clip_high,
+                advantages=_dense(data["advantages"]),
+                rank=rank,
+                step=int(step) if isinstance(step, int | float) else None,
+                fields=sorted(str(key) for key in data.keys()),  # noqa: SIM118 (TensorDict iterates rows)
+            ),
+        )
+
+
+def _dense(value: Any) -> torch.Tensor:
+    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value

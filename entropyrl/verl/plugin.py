@@ -14,21 +14,56 @@ registries and `entropyrl doctor` reports them.
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 # The platform first: verl's FSDP engine module asks for it on import, and the trainer imports it.
 from entropyrl.verl import cpu_platform
 
 # isort: split
-from entropyrl.verl import cpu_backend, estimators, hf_rollout, loss, trainer
+from entropyrl.verl import cpu_backend
 
-hf_rollout.register()
+# Names, not module attributes: a process whose first import is one of our verl modules (a Ray
+# actor unpickling the rollout server, say) reaches this file while that module is still
+# half-imported, so nothing below may read its attributes.
+ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
+POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
+TRAINERS: tuple[str, ...] = ("entropyrl",)
+ROLLOUTS: tuple[str, ...] = ("hf",)
+PLATFORMS: tuple[str, ...] = (cpu_platform.PLATFORM_NAME,)
+_MODULES = {
+    "advantage_estimators": "entropyrl.verl.estimators",
+    "policy_losses": "entropyrl.verl.loss",
+    "trainers": "entropyrl.verl.trainer",
+}
+
 if cpu_platform.cpu_selected():
     cpu_backend.install()
+cpu_backend.register_hf_rollout()
 
-ESTIMATORS: tuple[str, ...] = estimators.ESTIMATORS
-POLICY_LOSSES: tuple[str, ...] = (loss.LOSS_NAME,)
-TRAINERS: tuple[str, ...] = (trainer.TRAINER_MODE,)
-ROLLOUTS: tuple[str, ...] = (hf_rollout.ROLLOUT_NAME,)
-PLATFORMS: tuple[str, ...] = (cpu_platform.PLATFORM_NAME,)
+
+def _importing(module_name: str) -> bool:
+    """True while `module_name` is still being imported (its registrations are not run yet)."""
+    module = sys.modules.get(module_name)
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _import_registering_modules() -> None:
+    """Import the modules whose decorators register with verl.
+
+    When this process's first import was one of them, it is half-imported here and a module
+    that imports names from it fails; that module registers on its own first import later.
+    """
+    for module_name in _MODULES.values():
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            if not any(_importing(name) for name in _MODULES.values()):
+                raise
+
+
+_import_registering_modules()
 
 
 def registrations() -> dict[str, dict[str, bool]]:
@@ -55,7 +90,7 @@ def check_registrations() -> None:
         f"{kind}:{name}"
         for kind, names in registrations().items()
         for name, ok in names.items()
-        if not ok
+        if not ok and not _importing(_MODULES.get(kind, ""))
     ]
     if missing:
         raise RuntimeError(f"entropyrl verl plugin: not registered: {', '.join(missing)}")

@@ -7,7 +7,7 @@
 - `function_calling_score`: the strict binary function-calling reward.
 
 Both return a dict with `score` plus extra keys; verl stores the extras as reward extra info
-(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`), where the entropy-aware trainer reads
+(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`), where the entropy-aware trainer reads
 each sample's CHAIR_i.
 """
 
@@ -105,7 +105,12 @@ class CaptionBatcher:
 
 
 def caption_result_row(result: Any, i: int) -> dict[str, Any]:
-    """Sample i of a `CaptionRewardResult` as verl's reward dict (NaN where CHAIR is missing)."""
+    """Sample i of a `CaptionRewardResult` as verl's reward dict (NaN where CHAIR is missing).
+
+    `chair_fallback` is True where the CHAIR service gave no answer (unreachable): the trainer
+    counts those samples in `chair/fallback_samples`.
+    """
+    fallback = getattr(result, "chair_fallback", None)
     return {
         "score": float(result.scores[i]),
         "cider": float(result.cider[i]),
@@ -113,6 +118,7 @@ def caption_result_row(result: Any, i: int) -> dict[str, Any]:
         "chair_s": float(result.chair_s[i]),
         "recall": float(result.recall[i]),
         "chair_ok": bool(result.chair_ok[i]),
+        "chair_fallback": bool(fallback[i]) if fallback is not None else False,
     }
 
 

@@ -15,6 +15,8 @@ After init the actor workers get `PerSampleClipPPOLoss`, which hands that field 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,10 +25,12 @@ from tensordict import TensorDict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from entropyrl.verl import trace
 from entropyrl.verl.estimators import ESTIMATORS
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
     chair_from_extra_fields,
+    chair_status_metrics,
     clip_ratio_high_from_chair,
     clip_schedule_enabled,
     think_tag_ids,
@@ -35,6 +39,8 @@ from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
 
 TRAINER_MODE = "entropyrl"
+# Where to write the fully resolved config this run trains with (a reproducibility record).
+RESOLVED_CONFIG_ENV = "ENTROPYRL_RESOLVED_CONFIG"
 _TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")
 
 
@@ -67,6 +73,16 @@ def fetch_step_fields(batch: Any) -> tuple[dict[str, torch.Tensor | None], list[
     return tensors, extra
 
 
+def write_resolved_config(config: Any, path: Path) -> None:
+    """The config as the trainer sees it (interpolations resolved), as YAML, written atomically."""
+    from omegaconf import OmegaConf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(OmegaConf.to_yaml(config, resolve=True))
+    os.replace(partial, path)
+
+
 @register_trainer(TRAINER_MODE)
 class EntropyPPOTrainer(PPOTrainerSync):
     """verl's synchronous PPO trainer with entropy-aware advantages and per-sample clip-high."""
@@ -84,6 +100,12 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def trainer_mode(self, value: str) -> None:
         # verl's __init__ assigns the configured name (`entropyrl`); the behaviour stays sync.
         del value
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        path = os.environ.get(RESOLVED_CONFIG_ENV)
+        if path:
+            write_resolved_config(config, Path(path))
 
     def think_ids(self) -> tuple[list[int], list[int]]:
         if self._think_ids is None:
@@ -136,6 +158,9 @@ class EntropyPPOTrainer(PPOTrainerSync):
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
         clip_high, clip_metrics = clip_ratio_high_from_chair(chair_i, algorithm, valid)
         metrics.update(clip_metrics)
+        metrics.update(chair_status_metrics(extra_fields, valid))
+        if trace.trace_dir() is not None:
+            self._trace(batch, tensors, clip_high, chair_i, valid)
         if clip_high is not None:
             batch = tq.kv_batch_put(
                 keys=batch.keys,
@@ -143,3 +168,26 @@ class EntropyPPOTrainer(PPOTrainerSync):
                 fields=TensorDict({CLIP_FIELD: clip_high}, batch_size=len(batch)),
             )
         return batch
+
+    def _trace(
+        self,
+        batch: Any,
+        tensors: dict[str, torch.Tensor | None],
+        clip_high: torch.Tensor | None,
+        chair_i: torch.Tensor,
+        valid: torch.Tensor,
+    ) -> None:
+        """Record the per-sample bound and advantage this step computed (`entropyrl.verl.trace`)."""
+        got = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"]
+        )
+        rows = trace.sample_rows(
+            responses=tensors["responses"],
+            response_mask=tensors["response_mask"],
+            clip_high=clip_high,
+            advantages=_padded(got, "advantages"),
+            step=int(self.global_steps),
+        )
+        for row, chair, keep in zip(rows, chair_i.tolist(), valid.tolist()):
+            row.update(chair_i=None if chair != chair else chair, padding=not keep)
+        trace.write("driver", rows)

@@ -16,6 +16,8 @@ OURS = {
     "advantage_estimators": {"egpo", "egpo_ratio", "entropy_adv", "maxent_grpo"},
     "policy_losses": {"per_sample_clip"},
     "trainers": {"entropyrl"},
+    "rollouts": {"hf"},
+    "platforms": {"cpu"},
 }
 
 

@@ -91,8 +91,16 @@ def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service)
         [REFERENCES[i] for i, _ in CAPTIONS],
     )
     for i, row in enumerate(results):
-        assert set(row) == {"score", "cider", "chair_i", "chair_s", "recall", "chair_ok"}
-        assert row["chair_ok"] is True
+        assert set(row) == {
+            "score",
+            "cider",
+            "chair_i",
+            "chair_s",
+            "recall",
+            "chair_ok",
+            "chair_fallback",
+        }
+        assert row["chair_ok"] is True and row["chair_fallback"] is False
         assert row["score"] == pytest.approx(float(direct.scores[i]))
         assert row["chair_i"] == pytest.approx(float(direct.chair_i[i]))
     assert results[0]["chair_i"] == 0.0
@@ -113,6 +121,7 @@ def test_caption_reward_without_service_falls_back_to_cider(compose, cider_df):
     cider = CiderD.load(cider_df)
     for (image_id, caption), row in zip(CAPTIONS, results):
         assert row["chair_ok"] is False
+        assert row["chair_fallback"] is True  # unreachable: counted as the fallback
         assert math.isnan(row["chair_i"])
         assert row["score"] == pytest.approx(cider.score(caption, REFERENCES[image_id]))
 

@@ -173,7 +173,7 @@ def test_hook_with_entropy_and_chair(monkeypatch, compose, tokenizer):
     assert metrics["chair/unavailable"] == 2
     assert metrics["egpo/segment/fallback"] == 1  # the response without tags
     assert metrics["egpo/entropy/missing"] == 0
-    assert "clip/high_mean" in metrics
+    assert "clip/bound_mean" in metrics and "clip/high_mean" not in metrics
 
 
 def test_hook_without_entropy_falls_back_to_grpo(monkeypatch, compose, tokenizer):
