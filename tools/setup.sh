@@ -56,6 +56,12 @@ trap 'rm -f "$constraints"' EXIT
 echo "torch==$torch_version" >"$constraints"
 echo "setup: installing entropyrl[$extras]"
 "$python" -m pip install --quiet -c "$constraints" -e "$root[$extras]"
+if [ "$profile" = dev ]; then
+  # BFCL's checker for the function-calling parity tests. Its own requirements pin numpy 1.26
+  # and pull packages the checker never imports; the `bfcl` extra holds what it does import.
+  echo "setup: installing bfcl-eval (without its requirements)"
+  "$python" -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
+fi
 
 for pkg in torchcodec torchvision torchaudio; do
   if "$python" -m pip show --quiet "$pkg" >/dev/null 2>&1 \

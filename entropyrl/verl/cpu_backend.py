@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import logging
 import types
+import warnings
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -160,12 +161,23 @@ def _processor_without_torchvision() -> None:
     original = model_config.hf_processor
 
     def hf_processor(name_or_path, **kwargs):
-        processor = original(name_or_path, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            processor = original(name_or_path, **kwargs)
+        replaced = False
         if processor is None:
             try:
                 processor = load_image_only_processor(name_or_path, **kwargs)
+                replaced = processor is not None
             except (OSError, ValueError) as error:
                 logger.debug("no image-only processor for %s: %s", name_or_path, error)
+        if not replaced:
+            # verl's "Failed to create processor" warning stands unless the image-only
+            # processor took the place of the one it failed to create.
+            for warning in caught:
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         return processor
 
     hf_processor.__wrapped__ = original

@@ -1,0 +1,293 @@
+"""The CPU backend for verl: platform, fixes, processor, Pillow dataset and the `hf` rollout.
+
+Platform selection and the fixes are checked in fresh processes (verl resolves its platform once
+per process); the rollout server is driven in this process without Ray, on tiny checkpoints
+saved to disk the way the smoke run saves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+PROBE = r"""
+import importlib, json, sys
+first = sys.argv[1]
+importlib.import_module(first)
+import torch
+import verl
+from verl.utils.device import get_device_id, get_device_name, get_nccl_backend
+from verl.workers.config import model as model_config
+from verl.workers.engine.base import EngineRegistry
+from verl.workers.engine.fsdp import transformer_impl
+from verl.workers.rollout.base import get_rollout_class
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+out = {"device": get_device_name()}
+out["backend"] = get_nccl_backend()
+if out["device"] == "cpu":
+    out["device_id"] = get_device_id()
+    out["engine"] = EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__
+    out["pinned"] = transformer_impl.CPUOffloadPolicy(pin_memory=True).pin_memory
+    out["rollout_adapter"] = get_rollout_class("hf", "async").__name__
+    out["rollout_replica"] = RolloutReplicaRegistry.get("hf").__name__
+    import os
+    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+    from verl.utils.distributed import initialize_global_process_group_ray
+    initialize_global_process_group_ray()
+    out["process_group"] = torch.distributed.get_backend()
+    torch.distributed.destroy_process_group()
+out["processor_patched"] = hasattr(model_config.hf_processor, "__wrapped__")
+print(json.dumps(out))
+"""
+
+
+def free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def probe(first_import: str, platform: str | None) -> dict:
+    env = dict(os.environ)
+    env.pop("VERL_PLATFORM", None)
+    if platform:
+        env["VERL_PLATFORM"] = platform
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, first_import, free_port()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "first_import", ["verl", "entropyrl.verl.hf_rollout", "entropyrl.verl.trainer"]
+)
+def test_cpu_platform_and_fixes_whatever_is_imported_first(first_import):
+    """A Ray actor's first import can be one of our modules (unpickling the rollout server)."""
+    report = probe(first_import, "cpu")
+    assert report["device"] == "cpu"
+    assert report["device_id"] == "cpu"  # used as a device by verl: an int would mean cuda:N
+    assert report["backend"] == "gloo"
+    assert report["engine"] == "FSDPEngineWithLMHead"
+    assert report["pinned"] is False
+    assert report["rollout_adapter"] == "HFServerAdapter"
+    assert report["rollout_replica"] == "HFRolloutReplica"
+    assert report["process_group"] == "gloo"  # verl's default string would be cpu:gloo,cpu:gloo
+    if importlib_missing("torchvision"):
+        assert report["processor_patched"]
+
+
+def test_cpu_platform_is_never_picked_without_being_asked():
+    report = probe("verl", None)
+    assert report["device"] != "cpu"
+    assert not report["processor_patched"]
+
+
+def importlib_missing(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is None
+
+
+# -- checkpoints on disk, as the smoke run writes them -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from entropyrl.local.tokenizer import build_qwen_tokenizer
+
+    return build_qwen_tokenizer(num_ranks=8192)
+
+
+@pytest.fixture(scope="module")
+def vl_checkpoint(tmp_path_factory, tokenizer):
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2vl
+    from entropyrl.local.tokenizer import build_qwen2vl_processor
+    from entropyrl.verl.smoke import _save_checkpoint
+
+    folder = tmp_path_factory.mktemp("vl") / "model"
+    model = build_tiny_qwen2vl(tokenizer, TinyModelConfig(hidden_size=64), seed=1)
+    _save_checkpoint(model, tokenizer, build_qwen2vl_processor(tokenizer, image_size=112), folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_checkpoint(tmp_path_factory, tokenizer):
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.verl.smoke import _save_checkpoint
+
+    folder = tmp_path_factory.mktemp("text") / "model"
+    model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=2)
+    _save_checkpoint(model, tokenizer, None, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cpu_fixes():
+    from entropyrl.verl import cpu_backend
+
+    cpu_backend.install()
+
+
+def test_image_only_processor_loads_as_verl_expects(vl_checkpoint, cpu_fixes, tokenizer):
+    from verl.workers.config import model as model_config
+
+    processor = model_config.hf_processor(str(vl_checkpoint))
+    assert type(processor).__name__ == "Qwen2VLProcessor"  # the name verl's loader matches on
+    assert callable(processor.get_rope_index) and processor.config.model_type == "qwen2_vl"
+    prompt = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    inputs = processor(text=[prompt], images=[Image.new("RGB", (112, 112))], return_tensors="pt")
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert int((inputs["input_ids"] == pad).sum()) == 16
+    assert inputs["image_grid_thw"].tolist() == [[1, 8, 8]]
+
+
+def test_text_checkpoint_gets_no_processor(text_checkpoint, cpu_fixes):
+    from verl.workers.config import model as model_config
+
+    assert model_config.hf_processor(str(text_checkpoint)) is None
+
+
+# -- the hf rollout server, without Ray -----------------------------------------------------------
+
+
+def make_server(compose, checkpoint, **rollout):
+    from omegaconf import OmegaConf
+
+    from entropyrl.verl.hf_rollout import HFRolloutServer
+
+    overrides = [
+        f"actor_rollout_ref.model.path={checkpoint}",
+        "data.max_prompt_length=64",
+        "data.max_response_length=12",
+        *[f"actor_rollout_ref.rollout.{k}={v}" for k, v in rollout.items()],
+    ]
+    config = OmegaConf.create(
+        OmegaConf.to_container(compose("chair_mscoco", overrides), resolve=True)
+    )
+    return HFRolloutServer(
+        config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, replica_rank=0
+    )
+
+
+def plain_log_probs(model, prompt_ids, response_ids, temperature, **extra) -> torch.Tensor:
+    ids = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids, **extra).logits[0, len(prompt_ids) - 1 : -1].float()
+    return torch.log_softmax(logits / temperature, -1).gather(
+        -1, torch.tensor(response_ids)[:, None]
+    )[:, 0]
+
+
+def test_text_generate_returns_tokens_log_probs_and_step(compose, text_checkpoint, tokenizer):
+    server = make_server(compose, text_checkpoint)
+    asyncio.run(server.set_global_steps(3))
+    prompt = tokenizer.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+
+    async def many():
+        return await asyncio.gather(
+            *[
+                server.generate(
+                    prompt,
+                    {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "logprobs": True},
+                    f"r{i}",
+                )
+                for i in range(4)
+            ]
+        )
+
+    outputs = asyncio.run(many())
+    for output in outputs:
+        assert 1 <= len(output.token_ids) <= 12
+        assert len(output.log_probs) == len(output.token_ids)
+        assert output.extra_fields["global_steps"] == 3  # verl's metrics need it
+        expected = plain_log_probs(server.model, prompt, output.token_ids, 0.7)
+        torch.testing.assert_close(torch.tensor(output.log_probs), expected, atol=2e-5, rtol=0)
+        vision = {tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>")}
+        assert not vision & set(output.token_ids)
+    assert server.requests_served == 4
+
+
+def test_greedy_when_temperature_is_zero(compose, text_checkpoint, tokenizer):
+    server = make_server(compose, text_checkpoint)
+    prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    params = {"temperature": 0, "top_p": 1.0, "top_k": -1}
+    first = asyncio.run(server.generate(prompt, dict(params), "a"))
+    second = asyncio.run(server.generate(prompt, dict(params), "b"))
+    assert first.token_ids == second.token_ids
+
+
+def test_image_prompt(compose, vl_checkpoint, cpu_fixes, tokenizer):
+    server = make_server(compose, vl_checkpoint)
+    processor = server.processor
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    image = Image.new("RGB", (112, 112), (200, 30, 30))
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    prompt = inputs["input_ids"][0].tolist()
+    output = asyncio.run(
+        server.generate(
+            prompt, {"temperature": 1.0, "top_p": 1.0, "top_k": -1}, "img", image_data=[image]
+        )
+    )
+    assert output.token_ids and len(output.log_probs) == len(output.token_ids)
+    full = processor(text=[text], images=[image], return_tensors="pt")
+    ids = torch.tensor([prompt + output.token_ids])
+    with torch.no_grad():
+        logits = server.model(
+            input_ids=ids,
+            pixel_values=full["pixel_values"],
+            image_grid_thw=full["image_grid_thw"],
+            mm_token_type_ids=torch.cat(
+                [
+                    full["mm_token_type_ids"],
+                    torch.zeros((1, len(output.token_ids)), dtype=torch.long),
+                ],
+                dim=1,
+            ),
+        ).logits[0, len(prompt) - 1 : -1]
+    expected = torch.log_softmax(logits.float(), -1).gather(
+        -1, torch.tensor(output.token_ids)[:, None]
+    )[:, 0]
+    torch.testing.assert_close(torch.tensor(output.log_probs), expected, atol=2e-5, rtol=0)
+
+
+def test_update_weights_loads_the_trainers_parameters(compose, text_checkpoint):
+    server = make_server(compose, text_checkpoint)
+    state = {
+        name: torch.full_like(value, 0.01) for name, value in server.model.state_dict().items()
+    }
+    asyncio.run(server.update_weights(state, 5))
+    assert server.global_steps == 5
+    assert all(torch.all(v == 0.01) for v in server.model.state_dict().values())
+    with pytest.raises(RuntimeError, match="do not match"):
+        asyncio.run(server.update_weights({"no.such.weight": torch.zeros(1)}, 6))
+    partial = dict(list(state.items())[:2])
+    with pytest.raises(RuntimeError, match="not sent"):
+        asyncio.run(server.update_weights(partial, 6))
+
+
+def test_video_prompts_are_refused(compose, text_checkpoint):
+    server = make_server(compose, text_checkpoint)
+    with pytest.raises(NotImplementedError, match="text and image"):
+        asyncio.run(server.generate([1, 2], {"temperature": 1.0}, "v", video_data=[object()]))
