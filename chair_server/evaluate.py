@@ -4,7 +4,8 @@
         [--json OUT]
 
 ``caps.jsonl`` holds one ``{"image_id": ..., "caption": "..."}`` per line. CHAIR_s, CHAIR_i and
-recall are printed in percent (as papers print them); ``--json`` writes the full scorer output.
+recall are printed in percent (as papers print them), n/a when no caption could be scored (null
+in the output of ``--json``, which writes the full scorer output).
 """
 
 from __future__ import annotations
@@ -38,14 +39,19 @@ def read_captions(path: str | Path) -> list[dict[str, Any]]:
     return items
 
 
+def _cell(value: float | None, scale: float = 1.0) -> str:
+    """A metric to one decimal; n/a for a value over nothing (None), never a fake 0.0."""
+    return "n/a" if value is None else f"{scale * value:.1f}"
+
+
 def format_table(name: str, overall: dict[str, Any]) -> str:
-    """One-row markdown table of the corpus metrics (percent)."""
+    """One-row markdown table of the corpus metrics (percent; n/a where nothing was scored)."""
     return "\n".join(
         [
             "| file | CHAIR_s | CHAIR_i | recall | mean length (words) | scored | errors |",
             "|---|---|---|---|---|---|---|",
-            f"| {name} | {100 * overall['CHAIRs']:.1f} | {100 * overall['CHAIRi']:.1f} | "
-            f"{100 * overall['Recall']:.1f} | {overall['mean_length']:.1f} | "
+            f"| {name} | {_cell(overall['CHAIRs'], 100)} | {_cell(overall['CHAIRi'], 100)} | "
+            f"{_cell(overall['Recall'], 100)} | {_cell(overall['mean_length'])} | "
             f"{overall['captions']} | {overall['errors']} |",
         ]
     )
@@ -70,9 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_table(Path(args.captions).name, result["overall_metrics"]))
-    if result["overall_metrics"]["errors"]:
+    overall = result["overall_metrics"]
+    if overall["errors"]:
+        print(f"{overall['errors']} captions left out (unknown image id)", file=sys.stderr)
+    if not overall["captions"]:
         print(
-            f"{result['overall_metrics']['errors']} captions left out (unknown image id)",
+            "no caption could be scored: CHAIR_s, CHAIR_i and recall are n/a (null in --json); "
+            "check that the ground truth covers these image ids",
             file=sys.stderr,
         )
     if args.json_out:

@@ -4,7 +4,7 @@ Formulas (Rohrbach et al., EMNLP 2018): a mention is hallucinated when its categ
 the image's ground truth; CHAIR_i = hallucinated mentions / mentions (micro-averaged over the
 scored captions); CHAIR_s = captions with a hallucinated mention / captions; Recall = ground
 truth categories mentioned / ground truth categories (micro-averaged). Values are fractions in
-[0, 1]; papers print them times 100.
+[0, 1], papers print them times 100; a corpus value over nothing (no caption scored) is None.
 """
 
 from __future__ import annotations
@@ -149,6 +149,8 @@ class ChairScorer:
         (see ``score_one``); overall CHAIRs/CHAIRi/Recall are micro-averages over the captions
         whose image is known, with counts of captions, errors, mentions and captions without
         any object mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect").
+        A corpus ratio with nothing to average over is None (no caption scored: CHAIRs,
+        CHAIRi, Recall and mean_length are all None), see ``CorpusMetrics.result``.
         Raises ValueError naming ``captions[i].field`` for a malformed item.
         """
         sentences = list(self.iter_score(items))
@@ -200,19 +202,29 @@ class CorpusMetrics:
         self.words += m["words"]
 
     def result(self) -> dict[str, Any]:
+        """The corpus metrics; a ratio over nothing is None (JSON null), never 0.
+
+        CHAIRs and mean_length are None when no caption was scored, CHAIRi when the scored
+        captions mention no object, Recall when their images have no ground-truth object: a 0
+        there would read as a perfect score that nothing measured.
+        """
         captions = self.captions
         return {
-            "CHAIRs": self.hallucinated_captions / captions if captions else 0.0,
-            "CHAIRi": self.hallucinated / self.mentions if self.mentions else 0.0,
-            "Recall": self.recalled / self.truth if self.truth else 0.0,
+            "CHAIRs": _ratio(self.hallucinated_captions, captions),
+            "CHAIRi": _ratio(self.hallucinated, self.mentions),
+            "Recall": _ratio(self.recalled, self.truth),
             "captions": captions,
             "errors": self.entries - captions,
             "mentions": self.mentions,
             "hallucinated_mentions": self.hallucinated,
             "hallucinated_captions": self.hallucinated_captions,
             "no_mention_captions": self.empty,
-            "mean_length": self.words / captions if captions else 0.0,
+            "mean_length": _ratio(self.words, captions),
         }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
 
 
 def overall_metrics(sentences: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
