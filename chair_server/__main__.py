@@ -114,10 +114,11 @@ def _socket_map(server: Any) -> dict:
     return server._map if isinstance(server, BaseWSGIServer) else server.map
 
 
-def serve(server: Any, drain_timeout: float) -> None:
-    """Run the event loop until SIGTERM/SIGINT, then drain: no new connections, requests in
-    flight (received in part or in full, or being answered) finished within
-    ``drain_timeout`` seconds, then every connection closed."""
+def serve(server: Any, drain_timeout: float, parent_pid: int | None = None) -> None:
+    """Run the event loop until SIGTERM/SIGINT (or, with ``parent_pid``, until that process is
+    no longer the parent), then drain: no new connections, requests in flight (received in part
+    or in full, or being answered) finished within ``drain_timeout`` seconds, then every
+    connection closed."""
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -130,6 +131,9 @@ def serve(server: Any, drain_timeout: float) -> None:
     try:
         while not stop.is_set():
             wasyncore.loop(timeout=0.5, **loop)
+            if parent_pid is not None and os.getppid() != parent_pid:
+                log.warning("launcher (pid %d) is gone: stopping", parent_pid)
+                stop.set()
         log.info("stopping: no new connections, finishing requests in flight")
         for listener in listeners:
             listener.accepting = False
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(url)
         os.replace(tmp, settings.ready_file)
     print(f"CHAIR server listening on {url}", flush=True)
-    serve(server, settings.drain_timeout)
+    serve(server, settings.drain_timeout, settings.parent_pid)
     return 0
 
 

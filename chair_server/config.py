@@ -97,6 +97,14 @@ class ServerSettings:
             "on SIGTERM/SIGINT: seconds to finish requests in flight before exiting (default 10)"
         ),
     )
+    parent_pid: int | None = field(
+        default=None,
+        metadata=_help(
+            "stop (as on SIGTERM) once the process with this pid is no longer this server's "
+            "parent (default: never); launchers pass their own pid so the service does not "
+            "outlive them"
+        ),
+    )
 
     @property
     def max_body_bytes(self) -> int:
@@ -131,6 +139,8 @@ class ServerSettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        if self.parent_pid is not None and self.parent_pid < 1:
+            raise ValueError(f"parent_pid must be a process id >= 1, got {self.parent_pid}")
         if self.token is not None and not self.token.strip():
             raise ValueError("token must not be empty (leave --token out to run without one)")
         if self.ready_file is not None:
@@ -173,6 +183,7 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
         "max_connections": int,
         "channel_timeout": float,
         "drain_timeout": float,
+        "parent_pid": int,
     }
     for f in fields(ServerSettings):
         flag = "--" + f.name.replace("_", "-")

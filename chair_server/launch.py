@@ -1,44 +1,230 @@
-"""Start ``python -m chair_server`` as a subprocess on a free port and wait until it is healthy."""
+"""Start ``python -m chair_server`` as a supervised subprocess and wait until it is healthy.
+
+The launcher leaves nothing behind: the service's log is an anonymous temporary file (unlinked
+at creation, so no exit path, Ctrl-C, SIGTERM or SIGKILL included, leaves a file or folder), and
+the service is started with ``--parent-pid``, so it stops by itself when its launcher is gone.
+
+Supervision: when the service dies (killed by a signal, or exits with a non-zero status) it is
+started again after a delay that doubles with each failed start (``restart_delay``, capped at
+``MAX_RESTART_DELAY``), on the same port when it is free, else on a new one (``.url`` changes;
+an ``entropyrl.chair_client.ChairClient`` built from this handle follows it). Each event is one
+WARNING line of the ``chair_server.launch`` logger and a ``launcher:`` line in the service log.
+A service that exits with status 0 was stopped on purpose (SIGTERM or SIGINT, e.g. Ctrl-C in
+the terminal) and is not restarted.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from pathlib import Path
+import weakref
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import IO
+
+log = logging.getLogger("chair_server.launch")
+
+READY_LINE = "CHAIR server listening on "  # printed by ``python -m chair_server`` once serving
+MAX_RESTART_DELAY = 30.0
+MAX_FAILED_STARTS = 8  # consecutive failed restarts before the launcher gives up
+
+_LIVE: weakref.WeakSet[ChairServerProcess] = weakref.WeakSet()
+
+
+class _Stopping(Exception):
+    """stop() was called while a restart was under way."""
 
 
 class ChairServerProcess:
-    """A running CHAIR service: ``.url``, ``.pid``, ``.stop()``; a context manager that stops it."""
+    """A running, supervised CHAIR service: ``.url``, ``.pid``, ``.restarts``, ``.stop()``.
 
-    def __init__(self, process: subprocess.Popen, url: str, log_path: Path) -> None:
-        self.process = process
-        self.url = url
-        self.log_path = log_path
+    A context manager that stops it. Returned by :func:`start_server`; not built directly.
+    """
 
+    def __init__(
+        self,
+        command: Callable[[int], list[str]],
+        *,
+        port: int,
+        timeout: float,
+        restart: bool,
+        restart_delay: float,
+    ) -> None:
+        self._command = command
+        self._timeout = timeout
+        self._restart = restart
+        self._restart_delay = restart_delay
+        # anonymous: the name is removed at creation, the space is freed when the last of this
+        # process and the service closes it, whatever way either of them ends
+        self._log: IO[bytes] = tempfile.TemporaryFile(prefix="chair_server_")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+        self.port = port
+        self.restarts = 0
+
+    # state ------------------------------------------------------------------------------
     @property
     def pid(self) -> int:
+        """The pid of the service process now serving (a restart gives a new one)."""
+        assert self.process is not None
         return self.process.pid
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        process = self.process
+        return process is not None and process.poll() is None
+
+    def log_text(self) -> str:
+        """Everything the service (every restart of it) and the launcher wrote to the log."""
+        return self._read_log(0)
+
+    # start, supervise, stop ---------------------------------------------------------------
+    def _read_log(self, offset: int) -> str:
+        try:
+            fd = self._log.fileno()
+            size = os.fstat(fd).st_size
+            return os.pread(fd, max(0, size - offset), offset).decode("utf-8", "replace")
+        except (OSError, ValueError):  # closed
+            return ""
+
+    def _note(self, message: str) -> None:
+        log.warning("%s", message)
+        with contextlib.suppress(OSError, ValueError):  # the log was closed
+            os.write(self._log.fileno(), f"launcher: {message}\n".encode())
+
+    def _spawn(self, port: int) -> tuple[subprocess.Popen, str]:
+        """Start one service process on ``port``; return it and its URL once /health answers."""
+        offset = os.fstat(self._log.fileno()).st_size
+        process = subprocess.Popen(
+            self._command(port),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + self._timeout
+        url = ""
+        try:
+            while True:
+                if self._stopping.is_set():
+                    raise _Stopping
+                if not url:
+                    for line in self._read_log(offset).splitlines():
+                        if line.startswith(READY_LINE):
+                            url = line[len(READY_LINE) :].strip()
+                if url and _healthy(url):
+                    return process, url
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"chair_server exited with code {process.returncode}:\n"
+                        f"{self._read_log(offset)[-2000:]}"
+                    )
+                if time.monotonic() > deadline:
+                    state = "healthy" if url else "ready"
+                    raise TimeoutError(
+                        f"chair_server not {state} after {self._timeout}s:\n"
+                        f"{self._read_log(offset)[-2000:]}"
+                    )
+                time.sleep(0.05)
+        except BaseException:
+            _terminate(process, 5.0)
+            raise
+
+    def _start(self) -> None:
+        self.process, self.url = self._spawn(self.port)
+        self.port = int(self.url.rsplit(":", 1)[1])
+        _LIVE.add(self)
+        if self._restart:
+            self._supervisor = threading.Thread(
+                target=self._supervise, name="chair_server-supervisor", daemon=True
+            )
+            self._supervisor.start()
+
+    def _supervise(self) -> None:
+        """Wait on the service; start it again when it dies, until stop()."""
+        while True:
+            process = self.process
+            assert process is not None
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            if code == 0:
+                self._note(
+                    f"CHAIR service at {self.url} (pid {process.pid}) exited with status 0 "
+                    "(stopped by SIGTERM or SIGINT from outside the launcher): not restarting it"
+                )
+                return
+            delay = self._restart_delay
+            self._note(
+                f"CHAIR service at {self.url} (pid {process.pid}) {_describe(code)}: "
+                f"restarting it in {delay:g} s"
+            )
+            try:
+                self._restart_once(delay)
+            except _Stopping:
+                return
+            if not self.alive():  # gave up
+                return
+
+    def _restart_once(self, delay: float) -> None:
+        port = self.port
+        for attempt in range(1, MAX_FAILED_STARTS + 1):
+            if self._stopping.wait(delay):
+                raise _Stopping
+            try:
+                process, url = self._spawn(port)
+            except (RuntimeError, TimeoutError) as error:
+                reason = str(error).strip().splitlines()[-1]
+                if attempt == MAX_FAILED_STARTS:
+                    self._note(
+                        f"CHAIR service could not be restarted ({attempt} attempts, last: "
+                        f"{reason}): giving up; clients fall back until the run ends"
+                    )
+                    return
+                if port and "cannot listen on" in str(error):
+                    # someone else has the port: a new one now, no reason to wait
+                    reason, port, delay = f"port {port} is taken", 0, 0.0
+                else:
+                    delay = min(MAX_RESTART_DELAY, max(2 * delay, self._restart_delay, 0.1))
+                self._note(f"CHAIR service restart failed ({reason}): next try in {delay:g} s")
+                continue
+            moved = url != self.url
+            with self._lock:
+                self.process, self.url = process, url
+                self.port = int(url.rsplit(":", 1)[1])
+                self.restarts += 1
+            self._note(
+                f"CHAIR service restarted at {url} (pid {process.pid})"
+                + (": a new address, clients built from this handle follow it" if moved else "")
+            )
+            return
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns the exit code."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL; no restart after this. Returns the
+        exit code of the last service process."""
+        self._stopping.set()
+        process = self.process
+        if process is not None:
+            _terminate(process, timeout)
+        supervisor = self._supervisor
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join(timeout + 10.0)
+        process = self.process  # a restart may have finished meanwhile
+        if process is not None:
+            _terminate(process, timeout)
+        _LIVE.discard(self)  # the log stays readable until the handle is garbage-collected
+        return process.returncode if process is not None else None
 
     def __enter__(self) -> ChairServerProcess:
         return self
@@ -52,11 +238,38 @@ class ChairServerProcess:
         self.stop()
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
+def _healthy(url: str) -> bool:
     try:
-        return path.read_text(errors="replace")[-limit:]
-    except OSError:
-        return ""
+        with urllib.request.urlopen(url + "/health", timeout=2.0) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _terminate(process: subprocess.Popen, timeout: float) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Services whose handle was never stopped end with the interpreter, not after it."""
+    for handle in list(_LIVE):
+        handle.stop(timeout=5.0)
 
 
 def start_server(
@@ -67,55 +280,43 @@ def start_server(
     port: int = 0,
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
+    restart: bool = True,
+    restart_delay: float = 0.5,
 ) -> ChairServerProcess:
     """Start the service (``port=0``: a free port), wait for ``/health``, return the handle.
 
-    The server's log goes to a temporary file (``.log_path``); its tail is in the error when the
-    server exits or is not healthy within ``timeout`` seconds (then it is killed).
+    ``restart``: supervise it (see the module docstring); the first restart waits
+    ``restart_delay`` seconds. The log (``.log_text()``) is in the error when the service exits
+    or is not healthy within ``timeout`` seconds (then it is killed).
     """
     if (coco is None) == (ground_truth is None):
         raise ValueError("start_server needs exactly one of coco= or ground_truth=")
-    workdir = Path(tempfile.mkdtemp(prefix="chair_server_"))
-    ready = workdir / "url"
-    log_path = workdir / "server.log"
+    if restart_delay < 0:
+        raise ValueError(f"restart_delay must be >= 0, got {restart_delay}")
     source = ["--coco", str(coco)] if coco is not None else ["--ground-truth", str(ground_truth)]
-    command = [
-        sys.executable,
-        "-m",
-        "chair_server",
-        *source,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--ready-file",
-        str(ready),
-        *extra_args,
-    ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    handle = ChairServerProcess(process, "", log_path)
-    deadline = time.monotonic() + timeout
+    parent = str(os.getpid())
+
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "chair_server",
+            *source,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--parent-pid",
+            parent,
+            *extra_args,
+        ]
+
+    handle = ChairServerProcess(
+        command, port=port, timeout=timeout, restart=restart, restart_delay=restart_delay
+    )
     try:
-        while not ready.is_file():
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"chair_server exited with code {process.returncode}:\n{_tail(log_path)}"
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"chair_server not ready after {timeout}s:\n{_tail(log_path)}")
-            time.sleep(0.05)
-        handle.url = ready.read_text().strip()
-        while True:
-            try:
-                with urllib.request.urlopen(handle.url + "/health", timeout=2.0) as response:
-                    if response.status == 200:
-                        return handle
-            except (urllib.error.URLError, OSError):
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise TimeoutError(f"chair_server not healthy after {timeout}s:\n{_tail(log_path)}")
-            time.sleep(0.05)
+        handle._start()
     except BaseException:
         handle.stop(timeout=5.0)
         raise
+    return handle

@@ -80,7 +80,7 @@ def test_server_startup_line_and_bad_source(tmp_path, gt_file, coco_dir) -> None
     with start_server(coco=coco_dir, extra_args=["--cache-dir", str(tmp_path / "c")]) as server:
         assert server.pid > 0 and server.url.startswith("http://127.0.0.1:")
     assert server.stop() == 0  # SIGTERM is a clean shutdown
-    log = server.log_path.read_text()
+    log = server.log_text()
     assert f"CHAIR server listening on {server.url}" in log
     with pytest.raises(RuntimeError, match="cannot load ground truth"):
         start_server(ground_truth=tmp_path / "missing.json", timeout=30)
