@@ -5,6 +5,17 @@ and 5xx answers are retried with exponential backoff inside a bounded total time
 service stays down the client returns ``None`` for those samples and counts them (the trainer
 then uses its documented fallback), unless ``strict=True``, where it raises ChairServiceError.
 
+A circuit breaker keeps a dead service from costing every batch its retries: after a failed
+call the client stops calling for ``breaker_cooldown`` seconds (doubled after each failed probe,
+up to ``breaker_max_cooldown``) and answers with the fallback at once; then one caller probes
+``GET /health`` (half-open) and, when it answers, calls normally again. One WARNING line of the
+``entropyrl.chair_client`` logger says when the service stops answering and one when it is back
+(with Python's default logging that is a line on stderr; verl's workers log it).
+
+``url`` may be a string or an object with a ``url`` attribute, read before every request: a
+``chair_server.launch`` handle, whose URL changes when its supervisor restarts the service on
+another port.
+
 What ``score`` returns per sample, and how to tell the cases apart:
 
 - a dict with ``"metrics"`` (``CHAIRs``, ``CHAIRi``, ``Recall``, ``mentions``, ...) and
@@ -20,13 +31,27 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import operator
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+log = logging.getLogger("entropyrl.chair_client")
+
+
+class HasUrl(Protocol):
+    """Anything with the service's current base URL, e.g. a ``chair_server.launch`` handle."""
+
+    url: str
+
+
+def _check_url(url: str) -> None:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"url must start with http:// or https://, got {url!r}")
 
 
 class ChairServiceError(RuntimeError):
@@ -68,7 +93,8 @@ class ChairClient:
     """Batched, retrying client; counters are exposed through ``metrics()``.
 
     Args:
-        url: service base URL, e.g. ``http://127.0.0.1:5000``.
+        url: service base URL, e.g. ``http://127.0.0.1:5000``, or an object whose ``url``
+            attribute is read before every request (a ``chair_server.launch`` handle).
         timeout: seconds per HTTP request.
         retries: extra attempts per chunk after the first (connection errors, time-outs, 5xx).
         backoff: first retry delay in seconds, doubled on each further retry.
@@ -78,11 +104,16 @@ class ChairClient:
         total_timeout: upper bound in seconds on one ``score`` call's network time (default:
             enough for every attempt of one chunk). Once a chunk has failed, the remaining chunks
             of the call are not attempted, so a dead service costs at most this much per call.
+        breaker_cooldown: seconds without calls after a failed call (None: no breaker, every
+            call pays its retries; 0: probe ``/health`` at every call while down).
+        breaker_max_cooldown: cap of the cooldown, which doubles after each failed probe
+            (default: 60 s, or ``breaker_cooldown`` when that is longer).
+        probe_timeout: seconds the half-open ``/health`` probe may take.
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | HasUrl,
         *,
         timeout: float = 10.0,
         retries: int = 3,
@@ -91,14 +122,26 @@ class ChairClient:
         max_batch: int = 512,
         strict: bool = False,
         total_timeout: float | None = None,
+        breaker_cooldown: float | None = 5.0,
+        breaker_max_cooldown: float | None = None,
+        probe_timeout: float = 2.0,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        self._source: HasUrl | None = None if isinstance(url, str) else url
+        self._url = ""
+        if self._source is None:
+            self.url = url  # type: ignore[assignment]
+        else:
+            _check_url(self._source.url)
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if retries < 0 or timeout <= 0 or backoff < 0:
             raise ValueError("retries must be >= 0, timeout > 0 and backoff >= 0")
-        self.url = url.rstrip("/")
+        if breaker_cooldown is not None and not breaker_cooldown >= 0:
+            raise ValueError(f"breaker_cooldown must be None or >= 0, got {breaker_cooldown}")
+        if breaker_max_cooldown is None:
+            breaker_max_cooldown = max(60.0, breaker_cooldown or 0.0)
+        if not breaker_max_cooldown >= (breaker_cooldown or 0) or not probe_timeout > 0:
+            raise ValueError("breaker_max_cooldown must be >= breaker_cooldown, probe_timeout > 0")
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -108,6 +151,9 @@ class ChairClient:
         if total_timeout is None:
             total_timeout = timeout * (retries + 1) + backoff * (2**retries - 1)
         self.total_timeout = total_timeout
+        self.breaker_cooldown = breaker_cooldown
+        self.breaker_max_cooldown = breaker_max_cooldown
+        self.probe_timeout = probe_timeout
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(
             (
@@ -119,9 +165,105 @@ class ChairClient:
                 "fallback_samples",
                 "invalid_samples",
                 "splits",
+                "outages",
+                "skipped_calls",
             ),
             0,
         )
+        # breaker state, under _lock: down since (monotonic) / None when answering, next probe
+        # time, the cooldown now in force, whether a caller is probing, the last failure
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._cooldown = breaker_cooldown or 0.0
+        self._probing = False
+        self._last_failure = ""
+        self._fallback_at_outage = 0
+
+    @property
+    def url(self) -> str:
+        """The base URL requests go to now (read from the handle when built from one)."""
+        if self._source is not None:
+            return self._source.url.rstrip("/")
+        return self._url
+
+    @url.setter
+    def url(self, value: str) -> None:
+        _check_url(value)
+        self._source = None
+        self._url = value.rstrip("/")
+
+    # circuit breaker --------------------------------------------------------------------
+    @property
+    def available(self) -> bool:
+        """False from a failed call until the service answers again."""
+        with self._lock:
+            return self._down_since is None
+
+    def _gate(self) -> str:
+        """``"call"``, ``"probe"`` (half-open: this caller checks /health first) or ``"skip"``."""
+        with self._lock:
+            if self._down_since is None or self.breaker_cooldown is None:
+                return "call"
+            if self._probing or time.monotonic() < self._retry_at:
+                return "skip"
+            self._probing = True
+            return "probe"
+
+    def _failed(self, reason: str, samples: int = 0) -> None:
+        """A call (or probe) failed, its ``samples`` fell back: open the circuit; one line when
+        the service was up."""
+        with self._lock:
+            self._probing = False
+            self._last_failure = reason
+            now = time.monotonic()
+            if self._down_since is None:
+                self._down_since = now
+                self._cooldown = self.breaker_cooldown or 0.0
+                self._counts["outages"] += 1
+                self._fallback_at_outage = self._counts["fallback_samples"] - samples
+                announce = True
+            else:
+                self._cooldown = min(self.breaker_max_cooldown, max(self._cooldown * 2, 0.0))
+                announce = False
+            self._retry_at = now + self._cooldown
+            cooldown = self._cooldown
+        if announce:
+            then = (
+                f"calls resume after a /health probe in {cooldown:g} s"
+                if self.breaker_cooldown is not None
+                else "every call retries"
+            )
+            log.warning(
+                "CHAIR service at %s stopped answering (%s): its samples take the fallback "
+                "(no CHAIR score, neutral clip bound); %s",
+                self.url,
+                reason,
+                then,
+            )
+
+    def _answered(self) -> None:
+        """The service answered: close the circuit; one line when it was down."""
+        with self._lock:
+            self._probing = False
+            down_since, self._down_since = self._down_since, None
+            fell_back = self._counts["fallback_samples"] - self._fallback_at_outage
+        if down_since is not None:
+            log.warning(
+                "CHAIR service at %s answers again after %.1f s (%d samples fell back meanwhile)",
+                self.url,
+                time.monotonic() - down_since,
+                fell_back,
+            )
+
+    def _skip(self, samples: int) -> None:
+        self._count(skipped_calls=1, fallback_samples=samples)
+        if self.strict:
+            with self._lock:
+                reason = self._last_failure
+            raise ChairServiceError(
+                f"CHAIR service at {self.url} is down ({reason}); not calling it until a probe "
+                "of /health answers"
+            )
 
     # counters ---------------------------------------------------------------------------
     def _count(self, **increments: int) -> None:
@@ -132,7 +274,9 @@ class ChairClient:
     @property
     def stats(self) -> dict[str, int]:
         """Raw counters: requests, retries, failures (chunks), scored/error/fallback samples,
-        invalid samples (ids the service would refuse) and splits (chunks halved after 413)."""
+        invalid samples (ids the service would refuse), splits (chunks halved after 413),
+        outages (times the service stopped answering) and skipped calls (answered with the
+        fallback without a request while the circuit was open or its probe failed)."""
         with self._lock:
             return dict(self._counts)
 
@@ -234,8 +378,33 @@ class ChairClient:
             captions.append({"image_id": image_id, "caption": item["caption"]})
             positions.append(i)
         results: list[dict[str, Any] | None] = [None] * len(items)
+        if not captions:
+            return results
+        gate = self._gate()
+        try:
+            return self._score_items(captions, positions, results, gate)
+        finally:
+            if gate == "probe":  # whatever happened, the next caller may probe again
+                with self._lock:
+                    self._probing = False
+
+    def _score_items(
+        self,
+        captions: list[dict[str, Any]],
+        positions: list[int],
+        results: list[dict[str, Any] | None],
+        gate: str,
+    ) -> list[dict[str, Any] | None]:
+        if gate == "skip":
+            self._skip(len(captions))
+            return results
+        if gate == "probe" and not self.health(timeout=min(self.timeout, self.probe_timeout)):
+            self._failed("no answer to the /health probe")
+            self._skip(len(captions))
+            return results
         deadline = time.monotonic() + self.total_timeout
         failure: str | None = None
+        lost = 0  # samples of chunks that failed or were not attempted after a failure
         for start in range(0, len(captions), self.max_batch):
             chunk = captions[start : start + self.max_batch]
             if failure is None:
@@ -256,8 +425,13 @@ class ChairClient:
                     )
                     continue
             self._count(failures=1, fallback_samples=len(chunk))
-        if failure is not None and self.strict:
-            raise ChairServiceError(f"CHAIR service at {self.url} failed: {failure}")
+            lost += len(chunk)
+        if failure is None:
+            self._answered()
+        else:
+            self._failed(failure, lost)
+            if self.strict:
+                raise ChairServiceError(f"CHAIR service at {self.url} failed: {failure}")
         return results
 
     def _score_splitting(
@@ -288,11 +462,15 @@ class ChairClient:
             return False
 
     def wait_until_healthy(self, timeout: float = 30.0) -> bool:
-        """Poll ``/health`` until it answers or ``timeout`` s pass (raises in strict mode)."""
+        """Poll ``/health`` until it answers or ``timeout`` s pass (raises in strict mode).
+
+        An answer closes the circuit breaker: the next ``score`` call goes out at once.
+        """
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
             if self.health(timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                self._answered()
                 return True
             if time.monotonic() + delay > deadline:
                 if self.strict:
