@@ -106,6 +106,9 @@ class CaptionTask:
         """Greedy captions of the held-out images; corpus CHAIR_i / CHAIR_s / recall from the
         CHAIR service (micro-averaged, as papers report) and mean CIDEr-D.
 
+        CHAIR metrics cover the captions the service scored; `chair_unscored` counts the others
+        (service unavailable), and a metric over none is NaN (n/a in the summary), not 0.
+
         Returns (metrics, per-image records).
         """
         from chair_server.scorer import overall_metrics
@@ -126,9 +129,9 @@ class CaptionTask:
         refs = [self.world.references[i] for i in self.test_ids]
         cider = self.reward_fn.cider.score_batch(captions, refs)
         metrics = {
-            "chair_i": float(overall["CHAIRi"]),
-            "chair_s": float(overall["CHAIRs"]),
-            "recall": float(overall["Recall"]),
+            "chair_i": _float(overall["CHAIRi"]),
+            "chair_s": _float(overall["CHAIRs"]),
+            "recall": _float(overall["Recall"]),
             "cider": float(np.mean(cider)),
             "length": float(np.mean([len(c.split()) for c in captions])),
             "chair_unscored": float(len(entries) - len(scored)),
@@ -138,3 +141,8 @@ class CaptionTask:
             for i, c, s in zip(self.test_ids, captions, cider)
         ]
         return metrics, records
+
+
+def _float(value: float | None) -> float:
+    """A corpus metric as a float; None (nothing to average over) becomes NaN."""
+    return float("nan") if value is None else float(value)

@@ -31,7 +31,8 @@ EVAL_COLUMNS = (
 
 
 def eval_row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
-    """A summary-table row: CHAIR and recall in percent, as papers print them."""
+    """A summary-table row: CHAIR and recall in percent, as papers print them (NaN, shown as
+    n/a, when the CHAIR service scored none of the captions), and the unscored count."""
     return {
         "stage": stage,
         "chair_i_pct": 100.0 * metrics["chair_i"],
@@ -40,7 +41,15 @@ def eval_row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str,
         "cider": metrics["cider"],
         "length": metrics["length"],
         "train_seconds": seconds,
+        "chair_unscored": int(metrics.get("chair_unscored", 0)),
     }
+
+
+def eval_columns(rows: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """EVAL_COLUMNS, plus the unscored count when CHAIR left held-out captions unscored."""
+    if any(row.get("chair_unscored") for row in rows):
+        return (*EVAL_COLUMNS, ("chair_unscored", "CHAIR unscored"))
+    return EVAL_COLUMNS
 
 
 def _settings(cfg: DemoConfig) -> dict[str, Any]:
@@ -86,10 +95,10 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
                 "reward_last": sum(h["reward"] for h in history[-k:]) / k if history else None,
             }
             samples[variant] = after_records[:8]
-        chair_stats = session.chair.stats
+        chair_stats = {**session.chair.stats, "restarts": session.server.restarts}
         server_url = session.server.url
     total = time.perf_counter() - started
-    table = markdown_table(rows, EVAL_COLUMNS)
+    table = markdown_table(rows, eval_columns(rows))
     summary = {
         "task": "captioning",
         "settings": _settings(cfg),

@@ -66,13 +66,26 @@ def plot_curves(
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"  # nothing measured (e.g. no caption scored), which 0.00 would hide
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+        return f"{value:.{digits}f}"
     return str(value)
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as null: summary.json stays valid JSON, and n/a reads as n/a."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """`columns` = (key, header); floats with 2 decimals."""
+    """`columns` = (key, header); floats with 2 decimals, n/a for NaN or None."""
     head = "| " + " | ".join(h for _, h in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
     body = ["| " + " | ".join(_fmt(row.get(k, "")) for k, _ in columns) + " |" for row in rows]
@@ -82,10 +95,12 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 def write_summary(
     out: str | Path, summary: dict[str, Any], table: str, *, heading: str = "Summary"
 ) -> tuple[Path, Path]:
-    """`summary.json` (everything) and `summary.md` (the table plus settings)."""
+    """`summary.json` (everything; NaN as null) and `summary.md` (the table plus settings)."""
     out = Path(out)
     json_path = out / "summary.json"
-    json_path.write_text(json.dumps(summary, indent=2, allow_nan=True), encoding="utf-8")
+    json_path.write_text(
+        json.dumps(_json_safe(summary), indent=2, allow_nan=False), encoding="utf-8"
+    )
     md_path = out / "summary.md"
     settings = summary.get("settings", {})
     lines = [f"# {heading}", "", table, ""]
