@@ -28,6 +28,7 @@ from entropyrl._segments import (
     seg_max,
     seg_sum,
 )
+from entropyrl.specs import EgpoBonusSpec, EgpoRatioSpec, TokenShapingSpec
 
 __all__ = [
     "broadcast_to_tokens",
@@ -114,8 +115,8 @@ def egpo_bonus_advantage(
     entropy: Tensor,
     group: Tensor,
     *,
-    lam: float = 0.4,
-    alpha: float = 2.0,
+    lam: float = EgpoBonusSpec.lam,
+    alpha: float = EgpoBonusSpec.alpha,
     norm_by_std: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """EGPO additive entropy bonus: A_i + lam * clip(H_i, -|A_i|/alpha, |A_i|/alpha).
@@ -158,9 +159,9 @@ def egpo_ratio_advantage(
     entropy: Tensor,
     group: Tensor,
     *,
-    lambda_min: float = 0.5,
-    lambda_max: float = 2.0,
-    entropy_eps: float = 1e-6,
+    lambda_min: float = EgpoRatioSpec.lambda_min,
+    lambda_max: float = EgpoRatioSpec.lambda_max,
+    entropy_eps: float = EgpoRatioSpec.entropy_epsilon,
     norm_by_std: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """EGPO confidence calibration: A_i * clip(Hbar_g / (H_i + eps), lambda_min, lambda_max).
@@ -218,8 +219,8 @@ def entropy_shaped_token_advantage(
     token_entropy: Tensor,
     mask: Tensor,
     *,
-    alpha: float = 0.4,
-    kappa: float = 2.0,
+    alpha: float = TokenShapingSpec.alpha,
+    kappa: float = TokenShapingSpec.kappa,
 ) -> Tensor:
     """Token-level entropy shaping: A_{i,t} + min(alpha * h_{i,t}.detach(), |A_i| / kappa).
 

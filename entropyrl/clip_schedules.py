@@ -7,10 +7,9 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_from_hallucination"]
+from entropyrl.specs import CLIP_RULES, DIRECTIONS, ClipScheduleSpec
 
-CLIP_RULES = ("step", "linear", "sigmoid")
-DIRECTIONS = ("hallucinated_high", "hallucinated_low")
+__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_from_hallucination", "per_sample_clip_high"]
 
 
 def _finite_nonneg(value: float, name: str) -> None:
@@ -21,14 +20,14 @@ def _finite_nonneg(value: float, name: str) -> None:
 def clip_high_from_hallucination(
     chair_i: Tensor,
     *,
-    rule: str = "step",
-    low: float = 0.3,
-    high: float = 0.5,
-    threshold: float = 1e-4,
-    direction: str = "hallucinated_high",
-    neutral: float | None = None,
-    saturation: float = 1.0,
-    temperature: float = 0.05,
+    rule: str = ClipScheduleSpec.rule,
+    low: float = ClipScheduleSpec.low,
+    high: float = ClipScheduleSpec.high,
+    threshold: float = ClipScheduleSpec.threshold,
+    direction: str = ClipScheduleSpec.direction,
+    neutral: float | None = ClipScheduleSpec.neutral,
+    saturation: float = ClipScheduleSpec.saturation,
+    temperature: float = ClipScheduleSpec.temperature,
 ) -> Tensor:
     """Map each sample's hallucination score to its PPO eps_high.
 
@@ -37,8 +36,8 @@ def clip_high_from_hallucination(
     to move; ``"hallucinated_low"`` swaps the two ends (nobody has published which direction
     helps, so both are offered). Let s(x) in [0, 1] be the "hallucinated" share of the rule:
 
-    - ``step`` (EntropyRL): s = 0 if chair_i < threshold else 1 (0.3 below 1e-4, else 0.5);
-      compared in float32, so a score stored as 1e-4 counts as at the threshold.
+    - ``step`` (EntropyRL): s = 0 if chair_i < threshold else 1; compared in float32, so a
+      score stored as the threshold counts as at the threshold.
     - ``linear``: s = clamp((chair_i - threshold) / (saturation - threshold), 0, 1), i.e. the
       bound ramps linearly from ``threshold`` (about 0) to ``saturation`` (default 1.0).
     - ``sigmoid``: s = sigmoid((chair_i - threshold) / temperature), a smooth step centred on
@@ -47,8 +46,8 @@ def clip_high_from_hallucination(
     Result: low + (high - low) * s (flipped: high + (low - high) * s).
 
     A NaN score (the CHAIR service was unreachable for that sample) gets ``neutral``, which
-    defaults to ``low``: the bound an un-shaped run would use (EasyR1's default eps_high is 0.3),
-    so a missing score never widens the update. Callers count NaNs in their metrics.
+    defaults to ``low``, so a missing score never widens the update. Callers count NaNs in their
+    metrics. Defaults: `entropyrl.specs.ClipScheduleSpec`.
 
     Args:
         chair_i: Tensor[B] scores >= 0 (NaN = missing).
@@ -91,3 +90,21 @@ def clip_high_from_hallucination(
     start, end = (low, high) if direction == "hallucinated_high" else (high, low)
     bound = start + (end - start) * share
     return torch.where(missing, torch.full_like(bound, neutral), bound)
+
+
+def per_sample_clip_high(
+    chair_i: Tensor | None, spec: ClipScheduleSpec, constant: float, batch_size: int
+) -> Tensor:
+    """eps_high per sample [B]: the schedule's bounds, or `constant` when it is disabled.
+
+    `constant` is the engine's own eps_high (verl's `actor.clip_ratio_high`, the local runner's
+    `ppo.clip_high`); without CHAIR scores (`chair_i` None) every sample gets the neutral bound.
+    """
+    if not spec.enable:
+        return torch.full((batch_size,), float(constant), dtype=torch.float32)
+    if chair_i is None:
+        chair_i = torch.full((batch_size,), float("nan"))
+    bounds = spec.bounds(torch.as_tensor(chair_i, dtype=torch.float32).reshape(-1))
+    if bounds.shape[0] != batch_size:
+        raise ValueError(f"chair_i has {bounds.shape[0]} rows, the batch has {batch_size}")
+    return bounds

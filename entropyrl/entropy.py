@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = [
     "SEGMENT_MODES",
+    "THINK_CLOSE",
+    "THINK_OPEN",
     "masked_mean",
     "segment_mask",
     "sequence_entropy",
+    "think_tag_ids",
     "token_entropy",
 ]
 
@@ -196,3 +200,15 @@ def segment_mask(
     seg = seg & has_close.unsqueeze(-1)
     found = seg.any(dim=-1)
     return torch.where(found.unsqueeze(-1), seg, valid), found
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def think_tag_ids(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """Token ids of `<think>` and `</think>` (one special token or several ordinary ones)."""
+    open_ids = list(tokenizer.encode(THINK_OPEN, add_special_tokens=False))
+    close_ids = list(tokenizer.encode(THINK_CLOSE, add_special_tokens=False))
+    if not close_ids:
+        raise ValueError(f"the tokenizer encodes {THINK_CLOSE!r} to no tokens")
+    return open_ids, close_ids

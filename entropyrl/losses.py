@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["AGG_MODES", "ppo_clip_loss"]
+from entropyrl.specs import PpoClipSpec
+
+__all__ = ["AGG_MODES", "aggregate", "ppo_clip_loss", "ppo_clip_token_loss"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
@@ -20,7 +22,7 @@ def _check_bound(value: float | Tensor, name: str, bsz: int) -> None:
         raise ValueError(f"{name} must be a finite float >= 0, got {value}")
 
 
-def _aggregate(loss_mat: Tensor, mask: Tensor, agg: str) -> Tensor:
+def aggregate(loss_mat: Tensor, mask: Tensor, agg: str) -> Tensor:
     """verl's ``agg_loss`` for one micro-batch (dp_size 1, normalisers taken from this batch).
 
     Fully masked sequences are left out of the sequence means; an empty mask gives a zero that
@@ -42,12 +44,44 @@ def ppo_clip_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 0.2,
-    clip_high: float | Tensor = 0.28,
-    clip_c: float | None = 3.0,
+    clip_low: float = PpoClipSpec.clip_low,
+    clip_high: float | Tensor = PpoClipSpec.clip_high,
+    clip_c: float | None = PpoClipSpec.clip_c,
     agg: str = "token-mean",
 ) -> tuple[Tensor, dict[str, float]]:
-    """PPO clipped policy loss, token by token, as verl's ``compute_policy_loss_vanilla``.
+    """PPO clipped policy loss of one batch, aggregated within it (see `ppo_clip_token_loss`).
+
+    ``agg``: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
+    ``agg_loss`` semantics with the normalisers taken from this batch.
+
+    Returns:
+        (scalar loss, metrics of `ppo_clip_token_loss`).
+    """
+    if agg not in AGG_MODES:
+        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
+    token_loss, metrics = ppo_clip_token_loss(
+        log_prob,
+        old_log_prob,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_c=clip_c,
+    )
+    return aggregate(token_loss, mask.to(token_loss.dtype), agg), metrics
+
+
+def ppo_clip_token_loss(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = PpoClipSpec.clip_low,
+    clip_high: float | Tensor = PpoClipSpec.clip_high,
+    clip_c: float | None = PpoClipSpec.clip_c,
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO clipped policy loss per token, as verl's ``compute_policy_loss_vanilla`` computes it.
 
     Per token, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and
     eps_high = clip_high[b] (a per-sample bound broadcast over the sample's tokens):
@@ -62,11 +96,9 @@ def ppo_clip_loss(
         mask: Tensor[B, T] response mask (bool or 0/1).
         clip_low: eps_low (>= 0). clip_high: float or Tensor[B] (>= 0).
         clip_c: dual-clip constant (> 1), or None to disable the dual clip.
-        agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
-            ``agg_loss`` semantics normalised within this call.
 
     Returns:
-        (scalar loss, metrics): ``clip/frac_high`` (tokens clipped at 1 + eps_high, A > 0),
+        (Tensor[B, T] per-token losses, 0 on masked positions; metrics): ``clip/frac_high`` (tokens clipped at 1 + eps_high, A > 0),
         ``clip/frac_low`` (clipped at 1 - eps_low, A < 0); their sum is verl's
         ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's ``pg_clipfrac_lower``),
         ``clip/high_mean`` (mean eps_high over samples with a valid token), ``ppo_kl``.
@@ -81,8 +113,6 @@ def ppo_clip_loss(
         advantages = advantages.unsqueeze(-1)
     elif advantages.shape != log_prob.shape:
         raise ValueError(f"advantages must be [B] or [B, T], got shape {tuple(advantages.shape)}")
-    if agg not in AGG_MODES:
-        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
     if isinstance(clip_low, Tensor):
         raise ValueError("clip_low must be a float (only clip_high may vary per sample)")
     _check_bound(clip_low, "clip_low", bsz)
@@ -120,7 +150,7 @@ def ppo_clip_loss(
         dual = torch.zeros_like(keep)
         pg_losses = loss1
     # where, not a product with the mask: padding may hold NaN log-probs or advantages.
-    loss = _aggregate(torch.where(keep, pg_losses, 0.0), m, agg)
+    token_loss = torch.where(keep, pg_losses, 0.0)
 
     sample_has = keep.any(dim=-1)
     if isinstance(clip_high, Tensor):
@@ -141,4 +171,4 @@ def ppo_clip_loss(
         ]
     ).tolist()
     names = ("clip/frac_high", "clip/frac_low", "clip/frac_dual", "clip/high_mean", "ppo_kl")
-    return loss, dict(zip(names, stats))
+    return token_loss, dict(zip(names, stats))

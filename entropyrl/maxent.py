@@ -25,10 +25,11 @@ from entropyrl._segments import (
     seg_max,
     seg_sum,
 )
+from entropyrl.specs import MAXENT_SOURCES, MaxEntSpec
 
 __all__ = ["LISTWISE_SOURCES", "listwise_log_target", "maxent_advantage", "maxent_target"]
 
-LISTWISE_SOURCES = ("rewards", "ranks")
+LISTWISE_SOURCES = MAXENT_SOURCES
 
 
 def _finite(x: Tensor, name: str, length: int | None = None) -> None:
@@ -102,7 +103,11 @@ def _group_ranks(x: Tensor, inv: Tensor, num_groups: int) -> Tensor:
 
 
 def listwise_log_target(
-    scores: Tensor, group: Tensor, *, source: str = "rewards", temperature: float = 1.0
+    scores: Tensor,
+    group: Tensor,
+    *,
+    source: str = MaxEntSpec.source,
+    temperature: float = MaxEntSpec.temperature,
 ) -> Tensor:
     """Tensor[B] log q, normalised within each group.
 
@@ -138,10 +143,10 @@ def maxent_advantage(
     log_pi_ref: Tensor,
     group: Tensor,
     *,
-    tau: float = 1.0,
-    beta: float = 0.1,
-    source: str = "rewards",
-    temperature: float = 1.0,
+    tau: float = MaxEntSpec.tau,
+    beta: float = MaxEntSpec.beta,
+    source: str = MaxEntSpec.source,
+    temperature: float = MaxEntSpec.temperature,
 ) -> tuple[Tensor, dict[str, float]]:
     """Centred MaxEnt-GRPO weight K_g * pi*_i - 1, used as a per-sample advantage.
 
@@ -150,7 +155,7 @@ def maxent_advantage(
     (1/K_g) sum_i (K_g pi*_i - 1) log pi(a_i): the weight K_g pi*_i - 1 is zero-sum per group
     (0 for a group of one and for a uniform pi*), so it plugs into the same PPO loss as a GRPO
     advantage. Sign: candidates pi* favours over uniform are pushed up. The defaults
-    (tau 1, beta 0.1) are a starting point, not tuned values.
+    (`entropyrl.specs.MaxEntSpec`) are a starting point, not tuned values.
 
     Args:
         scores: Tensor[B] rewards. log_pi_ref: Tensor[B] reference sequence log-likelihoods.

@@ -13,7 +13,7 @@ from entropyrl.local.config import DemoConfig, add_config_arguments, config_from
 
 EPILOG = """examples:
   entropyrl demo                                   warm-up + EGPO with CHAIR clip bounds
-  entropyrl demo --adv grpo --clip-schedule off    plain GRPO
+  entropyrl demo --adv grpo --no-clip-schedule-enable   plain GRPO
   entropyrl demo --compare grpo,egpo,egpo+clip     variants from one warm-up, one figure
   entropyrl demo --acceptance --seeds 0,1,2        RL vs an equal-time warm-up control
   entropyrl demo --task function-calling           text EGPO on a synthetic tool-use task

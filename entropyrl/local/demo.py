@@ -59,7 +59,12 @@ def _settings(cfg: DemoConfig) -> dict[str, Any]:
         "hidden_size",
         "image_size", "tokenizer_ranks", "threads",
     )  # fmt: skip
-    return {k: getattr(cfg, k) for k in keys}
+    settings = {k: getattr(cfg, k) for k in keys}
+    settings["algorithm"] = {
+        name: getattr(cfg, name).to_dict()
+        for name in ("ppo", "clip_schedule", "entropy", "egpo_bonus", "egpo_ratio")
+    }
+    return settings
 
 
 def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:

@@ -27,7 +27,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Size of a tiny Qwen2-VL (defaults: environment.md, "what a tiny Qwen2-VL learns")."""
+    """Size of a tiny Qwen2-VL; the defaults ground the synthetic world on 2 CPU cores."""
 
     hidden_size: int = 128
     num_layers: int = 2

@@ -1,6 +1,6 @@
 """One GRPO-family step and one supervised step of the local runner, for any `Task`.
 
-The RL step follows the project's data flow (architecture.md, "one step"): sample n responses per
+The RL step follows the project's data flow of one training step: sample n responses per
 prompt, score them once, compute old log-probs and full-vocabulary token entropies at the sampling
 temperature, group-relative advantages with the chosen entropy guidance
 (`entropyrl.advantages`, `entropyrl.maxent`), per-sample eps_high from each sample's CHAIR_i
@@ -20,14 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from entropyrl.advantages import (
-    egpo_bonus_advantage,
-    egpo_ratio_advantage,
-    entropy_shaped_token_advantage,
-    grpo_advantage,
-)
-from entropyrl.clip_schedules import clip_high_from_hallucination
-from entropyrl.entropy import masked_mean, sequence_entropy
+from entropyrl.algorithms import Estimate, EstimatorInputs, estimate
+from entropyrl.clip_schedules import per_sample_clip_high
+from entropyrl.entropy import masked_mean, segment_mask
 from entropyrl.local.policy import (
     expand_prompts,
     generate,
@@ -35,7 +30,7 @@ from entropyrl.local.policy import (
     select_rows,
 )
 from entropyrl.losses import ppo_clip_loss
-from entropyrl.maxent import maxent_advantage
+from entropyrl.specs import AlgorithmSpecs, PpoClipSpec
 
 __all__ = [
     "RLSettings",
@@ -43,7 +38,6 @@ __all__ = [
     "Task",
     "compute_advantages",
     "kl_k3",
-    "per_sample_clip_high",
     "rl_step",
     "supervised_step",
 ]
@@ -70,31 +64,23 @@ class Task(Protocol):
 
 @dataclass
 class RLSettings:
-    """The knobs `rl_step` reads (a subset of `DemoConfig`, named as there)."""
+    """What `rl_step` reads; built from a `DemoConfig` by `entropyrl.local.runner.rl_settings`.
 
-    adv: str = "grpo"
-    clip_schedule: str = "off"
-    samples_per_prompt: int = 8
-    temperature: float = 1.0
-    max_new_tokens: int = 24
-    num_minibatches: int = 2
-    ppo_epochs: int = 1
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    clip_high_clean: float = 0.3
-    clip_high_hallucinated: float = 0.5
-    clip_direction: str = "hallucinated_high"
-    clip_c: float = 3.0
-    kl_coef: float = 0.0
-    egpo_lambda: float = 0.4
-    egpo_alpha: float = 2.0
-    egpo_lambda_min: float = 0.5
-    egpo_lambda_max: float = 2.0
-    token_alpha: float = 0.4
-    token_kappa: float = 2.0
-    maxent_tau: float = 1.0
-    maxent_beta: float = 0.1
-    max_grad_norm: float = 1.0
+    `specs` are the algorithm sections (the same as verl's `algorithm.*`); `ppo` the clip
+    constants, whose `clip_high` every sample gets when the clip schedule is disabled.
+    """
+
+    adv: str
+    specs: AlgorithmSpecs
+    ppo: PpoClipSpec
+    samples_per_prompt: int
+    temperature: float
+    max_new_tokens: int
+    num_minibatches: int
+    ppo_epochs: int
+    kl_coef: float
+    max_grad_norm: float
+    think_ids: tuple[list[int], list[int]] | None = None
 
 
 def kl_k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
@@ -109,54 +95,37 @@ def compute_advantages(
     group: Tensor,
     token_entropy: Tensor,
     mask: Tensor,
+    *,
+    responses: Tensor | None = None,
+    old_log_prob: Tensor | None = None,
     ref_seq_log_prob: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Advantages of the chosen estimator: Tensor[N] (sequence level) or Tensor[N, T] (token).
+) -> Estimate:
+    """The chosen estimator's advantages (`entropyrl.algorithms`, the table verl registers).
 
-    `token_entropy` [N, T] is the rollout policy's entropy at the sampling temperature; the
-    sequence entropy H_i is its masked mean over the response.
+    `token_entropy` [N, T] is the rollout policy's entropy at the sampling temperature;
+    `settings.specs.entropy` picks which quantity (entropy or the sampled token's NLL, from
+    `old_log_prob`) and which tokens (`responses` locate `<think>` tags) form H_i.
     """
-    seq_entropy = sequence_entropy(token_entropy, mask)
-    if settings.adv == "grpo":
-        return grpo_advantage(scores, group), {}
-    if settings.adv == "egpo":
-        return egpo_bonus_advantage(
-            scores, seq_entropy, group, lam=settings.egpo_lambda, alpha=settings.egpo_alpha
+    spec = settings.specs.entropy
+    per_token = token_entropy if spec.source == "logits" else None
+    if spec.source == "nll" and old_log_prob is not None:
+        per_token = -old_log_prob.to(torch.float32)
+    segment = None
+    if spec.mode != "full" and per_token is not None:
+        if responses is None or settings.think_ids is None:
+            raise ValueError(f"entropy.mode={spec.mode!r} needs the responses and the think tags")
+        segment, _ = segment_mask(
+            responses, mask, settings.think_ids[0], settings.think_ids[1], spec.mode
         )
-    if settings.adv == "egpo_ratio":
-        return egpo_ratio_advantage(
-            scores,
-            seq_entropy,
-            group,
-            lambda_min=settings.egpo_lambda_min,
-            lambda_max=settings.egpo_lambda_max,
-        )
-    if settings.adv == "entropy_adv":
-        base = grpo_advantage(scores, group)
-        shaped = entropy_shaped_token_advantage(
-            base, token_entropy, mask, alpha=settings.token_alpha, kappa=settings.token_kappa
-        )
-        return shaped, {}
-    if settings.adv == "maxent_grpo":
-        if ref_seq_log_prob is None:
-            raise ValueError("adv=maxent_grpo needs reference log-likelihoods")
-        return maxent_advantage(
-            scores, ref_seq_log_prob, group, tau=settings.maxent_tau, beta=settings.maxent_beta
-        )
-    raise ValueError(f"adv: unknown estimator {settings.adv!r}")
-
-
-def per_sample_clip_high(settings: RLSettings, chair_i: np.ndarray | None, n: int) -> Tensor:
-    """eps_high per sample: constant with schedule `off` (or no CHAIR), else from CHAIR_i."""
-    if settings.clip_schedule == "off" or chair_i is None:
-        return torch.full((n,), float(settings.clip_high))
-    return clip_high_from_hallucination(
-        torch.as_tensor(chair_i, dtype=torch.float32),
-        rule=settings.clip_schedule,
-        low=settings.clip_high_clean,
-        high=settings.clip_high_hallucinated,
-        direction=settings.clip_direction,
+    inputs = EstimatorInputs(
+        scores=scores,
+        group=group,
+        mask=mask,
+        token_entropy=per_token,
+        segment_mask=segment,
+        ref_seq_log_prob=ref_seq_log_prob,
     )
+    return estimate(settings.adv, inputs, settings.specs)
 
 
 def _mean(values: Tensor | np.ndarray) -> float:
@@ -212,17 +181,26 @@ def rl_step(
                 ref_model, rollout, responses, mask, temperature=settings.temperature
             )
     model.train()
-    maskf = mask.float()
     group = torch.arange(len(items)).repeat_interleave(n)
     ref_seq = None
-    if settings.adv == "maxent_grpo":
-        source = ref_log_prob if ref_log_prob is not None else old_log_prob
-        ref_seq = (source * maskf).sum(-1).cpu()
-    adv, adv_metrics = compute_advantages(
-        settings, scores, group, entropy.cpu(), mask.cpu(), ref_seq_log_prob=ref_seq
+    if ref_log_prob is not None:
+        ref_seq = (ref_log_prob * mask.float()).sum(-1).cpu()
+    result = compute_advantages(
+        settings,
+        scores,
+        group,
+        entropy.cpu(),
+        mask.cpu(),
+        responses=responses.cpu(),
+        old_log_prob=old_log_prob.cpu(),
+        ref_seq_log_prob=ref_seq,
     )
-    adv = adv.to(device)
-    clip_high = per_sample_clip_high(settings, reward.chair_i, scores.shape[0]).to(device)
+    adv = result.token.to(device)
+    adv_metrics = result.metrics
+    chair = None if reward.chair_i is None else torch.as_tensor(reward.chair_i, dtype=torch.float32)
+    clip_high = per_sample_clip_high(
+        chair, settings.specs.clip_schedule, settings.ppo.clip_high, scores.shape[0]
+    ).to(device)
 
     total = scores.shape[0]
     losses, clip_frac_high, clip_frac_low, kls = [], [], [], []
@@ -242,9 +220,9 @@ def rl_step(
                 old_log_prob[index_d],
                 adv[index_d],
                 mask[index_d],
-                clip_low=settings.clip_low,
+                clip_low=settings.ppo.clip_low,
                 clip_high=clip_high[index_d],
-                clip_c=settings.clip_c,
+                clip_c=settings.ppo.clip_c,
                 agg="token-mean",
             )
             if ref_log_prob is not None and settings.kl_coef > 0:
@@ -265,7 +243,11 @@ def rl_step(
         "entropy": float(masked_mean(entropy, mask, dim=None)),
         "clip_high": float(clip_high.mean()),
         "response_length": float(lengths.mean()),
-        "adv_abs_mean": float(adv.abs().mean()),
+        "adv_abs_mean": float(
+            result.sample.abs().mean()
+            if result.sample is not None
+            else masked_mean(adv.abs(), mask, dim=None)
+        ),
         "loss": _mean(np.array(losses)),
         "clip_frac_high": _mean(np.array(clip_frac_high)),
         "clip_frac_low": _mean(np.array(clip_frac_low)),

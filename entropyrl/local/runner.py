@@ -8,6 +8,7 @@ the tokenizer/processor, the reward and the model; phases log one JSON line per 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import random
@@ -18,8 +19,10 @@ from typing import Any
 
 import torch
 
+from entropyrl.entropy import think_tag_ids
 from entropyrl.local.config import DemoConfig, parse_variant
 from entropyrl.local.rl import RLSettings, rl_step, supervised_step
+from entropyrl.specs import AlgorithmSpecs
 
 __all__ = [
     "CaptionSession",
@@ -46,15 +49,33 @@ class MetricsLog:
             handle.write(json.dumps(record, allow_nan=True) + "\n")
 
 
-def rl_settings(cfg: DemoConfig, variant: str) -> RLSettings:
-    """`RLSettings` of a variant name (`ADV` or `ADV+clip`) with the rest from `cfg`."""
+def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSettings:
+    """`RLSettings` of a variant name (`ADV`, or `ADV+clip` with the clip schedule on)."""
     adv, clip = parse_variant(variant)
-    fields = {k: getattr(cfg, k) for k in RLSettings.__dataclass_fields__ if hasattr(cfg, k)}
-    fields["adv"] = adv
-    fields["clip_schedule"] = (
-        (cfg.clip_schedule if cfg.clip_schedule != "off" else "step") if clip else "off"
+    specs = AlgorithmSpecs(
+        clip_schedule=dataclasses.replace(cfg.clip_schedule, enable=clip),
+        entropy=cfg.entropy,
+        egpo_bonus=cfg.egpo_bonus,
+        egpo_ratio=cfg.egpo_ratio,
+        entropy_adv=cfg.entropy_adv,
+        maxent=cfg.maxent,
     )
-    return RLSettings(**fields)
+    think_ids = None
+    if cfg.entropy.mode != "full" and tokenizer is not None:
+        think_ids = think_tag_ids(tokenizer)
+    return RLSettings(
+        adv=adv,
+        specs=specs,
+        ppo=cfg.ppo,
+        samples_per_prompt=cfg.samples_per_prompt,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        num_minibatches=cfg.num_minibatches,
+        ppo_epochs=cfg.ppo_epochs,
+        kl_coef=cfg.kl_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        think_ids=think_ids,
+    )
 
 
 def _progress(total: int | None, desc: str, enabled: bool):
@@ -149,8 +170,9 @@ def run_rl(
     progress: bool = True,
 ) -> dict[str, Any]:
     """`cfg.steps` RL steps of `variant`; returns `{"seconds", "cpu_seconds", "history"}`."""
-    settings = rl_settings(cfg, variant)
-    if settings.adv == "maxent_grpo" and ref_model is None:
+    settings = rl_settings(cfg, variant, task.tokenizer)
+    # MaxEnt-GRPO's target needs the reference policy when beta > 0 (verl: the ref worker).
+    if settings.adv == "maxent_grpo" and cfg.maxent.beta > 0 and ref_model is None:
         ref_model = _frozen_copy(model)
     if cfg.kl_coef > 0 and ref_model is None:
         ref_model = _frozen_copy(model)

@@ -3,9 +3,9 @@
 ``score = cider - chair_weight * penalty + recall_weight * recall`` per caption, where ``penalty``
 is the caption's CHAIR_i (``chair_penalty="fraction"``, the default: hallucinated mentions /
 mentions) or the number of hallucinated mentions (``chair_penalty="count"``, the CHAIR entry's
-``metrics.hallucinated``). The count form is the one measured to let RL remove a taught
-hallucination on the synthetic world (design notes, environment.md): a fraction penalises one wrong
-object in a three-object caption by a third, which CIDEr-D's template noise swamps. CHAIR comes from
+``metrics.hallucinated``). A fraction penalises one wrong object in a three-object caption by a
+third, which CIDEr-D's noise can swamp; the count keeps a full penalty per wrong object (the
+README's quick-start results use it). CHAIR comes from
 one batched call to a CHAIR scorer per reward batch (the HTTP ``ChairClient`` or any object with
 the same ``score`` method). Where CHAIR is unavailable for a caption (service down, unknown image
 id) the reward falls back to the CIDEr-D part alone, ``chair_ok`` is False and the fraction is

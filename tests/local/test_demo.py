@@ -49,9 +49,7 @@ def demo_run(tmp_path_factory, entropyrl_cache):
     os.environ["CHAIR_CACHE_DIR"] = str(tmp_path_factory.mktemp("chair-cache"))
     out = tmp_path_factory.mktemp("demo")
     try:
-        summary = run_caption_demo(
-            DemoConfig(out=str(out), adv="egpo", clip_schedule="step", **TINY)
-        )
+        summary = run_caption_demo(DemoConfig(out=str(out), adv="egpo", **TINY))
         yield out, summary
     finally:
         if previous is None:
@@ -103,9 +101,7 @@ def test_same_seed_same_metrics(demo_run, tmp_path):
 
     first, _ = demo_run
     again = tmp_path / "again"
-    run_caption_demo(
-        DemoConfig(out=str(again), adv="egpo", clip_schedule="step", **{**TINY, "steps": 4})
-    )
+    run_caption_demo(DemoConfig(out=str(again), adv="egpo", **{**TINY, "steps": 4}))
     a, _ = _rl_rewards(first / "metrics.jsonl")
     b, _ = _rl_rewards(again / "metrics.jsonl")
     a = [r for r in a if r["phase"] == "warmup" or (r["phase"] == "rl" and r["step"] < 4)]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import pytest
 import torch
 
@@ -132,32 +131,53 @@ def test_text_model_log_probs_ignore_left_padding(small_tokenizer):
     assert torch.allclose(a, b, atol=1e-5)
 
 
+def settings_for(adv: str, **sections):
+    from entropyrl.local.config import DemoConfig
+    from entropyrl.local.runner import rl_settings
+
+    cfg = DemoConfig(adv=adv, **sections)
+    return rl_settings(cfg, cfg.variants()[0])
+
+
 def test_advantage_routing_uses_the_core_estimators():
     from entropyrl.advantages import egpo_bonus_advantage, grpo_advantage
-    from entropyrl.local.rl import RLSettings, compute_advantages, per_sample_clip_high
+    from entropyrl.clip_schedules import per_sample_clip_high
+    from entropyrl.local.rl import compute_advantages
 
     scores = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0])
     group = torch.tensor([0, 0, 1, 1, 2, 2])
     entropy = torch.rand(6, 5, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(6, 5, dtype=torch.long)
     mask[1, 3:] = 0
-    adv, _ = compute_advantages(RLSettings(adv="grpo"), scores, group, entropy, mask)
-    assert torch.equal(adv, grpo_advantage(scores, group))
-    adv, _ = compute_advantages(
-        RLSettings(adv="egpo", egpo_lambda=0.3), scores, group, entropy, mask
+    result = compute_advantages(settings_for("grpo"), scores, group, entropy, mask)
+    assert torch.equal(result.sample, grpo_advantage(scores, group))
+    result = compute_advantages(
+        settings_for("egpo", egpo_bonus={"lam": 0.3}), scores, group, entropy, mask
     )
     h = (entropy * mask).sum(1) / mask.sum(1)
     expected, _ = egpo_bonus_advantage(scores, h, group, lam=0.3, alpha=2.0)
-    assert torch.allclose(adv, expected)
-    token, _ = compute_advantages(RLSettings(adv="entropy_adv"), scores, group, entropy, mask)
+    assert torch.allclose(result.sample, expected)
+    assert torch.allclose(result.token, expected[:, None] * mask)
+    token = compute_advantages(settings_for("entropy_adv"), scores, group, entropy, mask).token
     assert token.shape == (6, 5)
-    with pytest.raises(ValueError, match="maxent_grpo"):
-        compute_advantages(RLSettings(adv="maxent_grpo"), scores, group, entropy, mask)
-    bounds = per_sample_clip_high(RLSettings(clip_schedule="step"), np.array([0.0, 0.5, np.nan]), 3)
+    with pytest.raises(ValueError, match="reference policy"):
+        compute_advantages(settings_for("maxent_grpo"), scores, group, entropy, mask)
+    spec = settings_for("grpo").specs.clip_schedule
+    bounds = per_sample_clip_high(torch.tensor([0.0, 0.5, float("nan")]), spec, 0.28, 3)
     assert bounds.tolist() == pytest.approx([0.3, 0.5, 0.3])
-    assert per_sample_clip_high(RLSettings(clip_schedule="off"), None, 2).tolist() == pytest.approx(
+    off = settings_for("grpo", clip_schedule={"enable": False})
+    assert per_sample_clip_high(None, off.specs.clip_schedule, 0.28, 2).tolist() == pytest.approx(
         [0.28] * 2
     )
+
+
+def test_misspelt_section_key_is_refused_naming_it():
+    from entropyrl.local.config import DemoConfig
+
+    with pytest.raises(ValueError, match="clip_schedule: unknown key 'treshold'"):
+        DemoConfig(clip_schedule={"treshold": 0.1})
+    with pytest.raises(ValueError, match=r"egpo_bonus\.alpha"):
+        DemoConfig(egpo_bonus={"alpha": -1.0})
 
 
 def test_demo_options_mirror_the_config_and_reject_bad_values():
@@ -181,7 +201,15 @@ def test_demo_options_mirror_the_config_and_reject_bad_values():
     cfg = config_from_args(args, DemoConfig)
     assert (cfg.steps, cfg.adv, cfg.progress) == (3, "egpo_ratio", False)
     assert cfg.variants() == ["grpo", "egpo+clip"]
-    assert DemoConfig(clip_schedule="off", adv="grpo").variants() == ["grpo"]
+    assert DemoConfig(clip_schedule={"enable": False}, adv="grpo").variants() == ["grpo"]
+    args = parser.parse_args(
+        ["demo", "--no-clip-schedule-enable", "--clip-schedule-rule", "linear",
+         "--egpo-bonus-lam", "0.2", "--ppo-clip-high", "0.3"]
+    )  # fmt: skip
+    cfg = config_from_args(args, DemoConfig)
+    assert not cfg.clip_schedule.enable and cfg.clip_schedule.rule == "linear"
+    assert (cfg.egpo_bonus.lam, cfg.ppo.clip_high) == (0.2, 0.3)
+    assert cfg.clip_schedule.low == 0.3  # untouched fields keep the spec's default
     with pytest.raises(ValueError, match="compare"):
         DemoConfig(compare="grpo,ppo")
     with pytest.raises(ValueError, match="noise_rate"):

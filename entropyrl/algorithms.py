@@ -1,0 +1,187 @@
+"""The advantage estimators by name, with the spec each reads: one table for both engines.
+
+verl registers every entry but `grpo` (verl has its own) in a loop (`entropyrl.verl.estimators`);
+the local runner dispatches through `estimate`. An entry maps the same inputs (per-sample
+scores, group ids, the response mask, per-token entropy of the rollout policy and optionally the
+reference policy's sequence log-likelihood) to token-level advantages, so both engines give the
+same advantages for the same spec and inputs.
+
+Inputs that are missing follow one rule everywhere: without per-token entropy every sample's
+entropy is unavailable (NaN), and the estimators keep that sample's plain GRPO advantage and
+count it in `egpo/entropy/missing`; MaxEnt-GRPO with beta > 0 needs the reference log-likelihood
+and raises without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from entropyrl import advantages as adv
+from entropyrl import maxent
+from entropyrl.entropy import sequence_entropy
+from entropyrl.specs import AlgorithmSpecs
+
+__all__ = ["ESTIMATORS", "Estimate", "EstimatorInputs", "estimate"]
+
+
+@dataclass
+class EstimatorInputs:
+    """One batch of N responses (T = response length).
+
+    scores: Tensor[N] sequence rewards. group: LongTensor[N] prompt-group ids.
+    mask: Tensor[N, T] response mask. token_entropy: Tensor[N, T] or None (unavailable).
+    segment_mask: Tensor[N, T] tokens that form H_i (None: the whole response).
+    ref_seq_log_prob: Tensor[N] reference policy's sequence log-likelihood, or None.
+    norm_by_std: divide group-centred rewards by the group std (GRPO; False = Dr. GRPO).
+    """
+
+    scores: Tensor
+    group: Tensor
+    mask: Tensor
+    token_entropy: Tensor | None = None
+    segment_mask: Tensor | None = None
+    ref_seq_log_prob: Tensor | None = None
+    norm_by_std: bool = True
+
+    def sample_entropy(self) -> Tensor:
+        """H_i [N]: mean token entropy over each sample's segment; NaN where unavailable."""
+        if self.token_entropy is None:
+            return torch.full(
+                (self.scores.shape[0],), float("nan"), dtype=torch.float32, device=self.mask.device
+            )
+        if self.token_entropy.shape != self.mask.shape:
+            raise ValueError(
+                f"token entropy shape {tuple(self.token_entropy.shape)} != response mask shape "
+                f"{tuple(self.mask.shape)}"
+            )
+        mask = self.mask.bool()
+        if self.segment_mask is not None:
+            mask = mask & self.segment_mask.bool()
+        # An empty segment gives NaN: that sample keeps its plain GRPO advantage.
+        return sequence_entropy(self.token_entropy.to(torch.float32), mask)
+
+
+@dataclass
+class Estimate:
+    """token: Tensor[N, T] advantages (0 on padding); sample: Tensor[N] for sequence-level
+    estimators (None for token-level ones); metrics: `egpo/*`, `maxent/*` scalars."""
+
+    token: Tensor
+    sample: Tensor | None
+    metrics: dict[str, float]
+
+
+def _floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v.item() if isinstance(v, Tensor) else v) for k, v in metrics.items()}
+
+
+def _sequence(inputs: EstimatorInputs, advantages: Tensor, metrics: dict[str, Any]) -> Estimate:
+    return Estimate(adv.broadcast_to_tokens(advantages, inputs.mask), advantages, _floats(metrics))
+
+
+def _grpo(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    return _sequence(
+        inputs, adv.grpo_advantage(inputs.scores, inputs.group, norm_by_std=inputs.norm_by_std), {}
+    )
+
+
+def _egpo(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    advantages, metrics = adv.egpo_bonus_advantage(
+        inputs.scores,
+        inputs.sample_entropy(),
+        inputs.group,
+        lam=specs.egpo_bonus.lam,
+        alpha=specs.egpo_bonus.alpha,
+        norm_by_std=inputs.norm_by_std,
+    )
+    return _sequence(inputs, advantages, metrics)
+
+
+def _egpo_ratio(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    spec = specs.egpo_ratio
+    advantages, metrics = adv.egpo_ratio_advantage(
+        inputs.scores,
+        inputs.sample_entropy(),
+        inputs.group,
+        lambda_min=spec.lambda_min,
+        lambda_max=spec.lambda_max,
+        entropy_eps=spec.entropy_epsilon,
+        norm_by_std=inputs.norm_by_std,
+    )
+    return _sequence(inputs, advantages, metrics)
+
+
+def _entropy_adv(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    base = adv.grpo_advantage(inputs.scores, inputs.group, norm_by_std=inputs.norm_by_std)
+    if inputs.token_entropy is None:
+        token_entropy = torch.zeros(inputs.mask.shape, dtype=torch.float32, device=base.device)
+        missing = float(inputs.scores.shape[0])
+    else:
+        token_entropy, missing = inputs.token_entropy.to(torch.float32), 0.0
+    token = adv.entropy_shaped_token_advantage(
+        base,
+        token_entropy,
+        inputs.mask,
+        alpha=specs.entropy_adv.alpha,
+        kappa=specs.entropy_adv.kappa,
+    )
+    return Estimate(token, None, {"egpo/entropy/missing": missing})
+
+
+def _maxent(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    spec = specs.maxent
+    reference = inputs.ref_seq_log_prob
+    if reference is None:
+        if spec.beta != 0.0:
+            raise ValueError(
+                "maxent_grpo with maxent.beta > 0 needs the reference policy's log-probs "
+                "(verl: actor_rollout_ref.actor.use_kl_loss=true; local runner: it keeps the "
+                "warm-up model as reference)"
+            )
+        reference = torch.zeros_like(inputs.scores, dtype=torch.float32)
+    advantages, metrics = maxent.maxent_advantage(
+        inputs.scores,
+        reference.to(torch.float32),
+        inputs.group,
+        tau=spec.tau,
+        beta=spec.beta,
+        source=spec.source,
+        temperature=spec.temperature,
+    )
+    return _sequence(inputs, advantages, metrics)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """fn(inputs, specs) -> Estimate; `section`: the spec it reads (None: none);
+    `uses_entropy`: needs per-token entropy; `uses_reference`: may need reference log-probs."""
+
+    fn: Callable[[EstimatorInputs, AlgorithmSpecs], Estimate]
+    section: str | None
+    uses_entropy: bool
+    uses_reference: bool = False
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(_grpo, None, uses_entropy=False),
+    "egpo": Estimator(_egpo, "egpo_bonus", uses_entropy=True),
+    "egpo_ratio": Estimator(_egpo_ratio, "egpo_ratio", uses_entropy=True),
+    "entropy_adv": Estimator(_entropy_adv, "entropy_adv", uses_entropy=True),
+    "maxent_grpo": Estimator(_maxent, "maxent", uses_entropy=False, uses_reference=True),
+}
+
+
+def estimate(name: str, inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
+    """Advantages of estimator `name` (a key of `ESTIMATORS`) for one batch."""
+    try:
+        estimator = ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; known: {', '.join(ESTIMATORS)}"
+        ) from None
+    return estimator.fn(inputs, specs)

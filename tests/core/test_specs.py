@@ -1,0 +1,142 @@
+"""`entropyrl.specs`: one holder per default, strict parsing, deprecated keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import warnings
+
+import pytest
+
+from entropyrl import advantages, clip_schedules, losses, maxent
+from entropyrl.specs import (
+    SPEC_CLASSES,
+    AlgorithmSpecs,
+    ClipScheduleSpec,
+    EgpoBonusSpec,
+    EgpoRatioSpec,
+    MaxEntSpec,
+    PpoClipSpec,
+    SpecError,
+    TokenShapingSpec,
+    algorithm_specs,
+)
+
+# (core function, its keyword, spec class, spec field): the function's default is the spec's.
+SIGNATURE_DEFAULTS = [
+    (clip_schedules.clip_high_from_hallucination, name, ClipScheduleSpec, name)
+    for name in ("rule", "low", "high", "threshold", "direction", "neutral", "saturation")
+] + [
+    (clip_schedules.clip_high_from_hallucination, "temperature", ClipScheduleSpec, "temperature"),
+    (advantages.egpo_bonus_advantage, "lam", EgpoBonusSpec, "lam"),
+    (advantages.egpo_bonus_advantage, "alpha", EgpoBonusSpec, "alpha"),
+    (advantages.egpo_ratio_advantage, "lambda_min", EgpoRatioSpec, "lambda_min"),
+    (advantages.egpo_ratio_advantage, "lambda_max", EgpoRatioSpec, "lambda_max"),
+    (advantages.egpo_ratio_advantage, "entropy_eps", EgpoRatioSpec, "entropy_epsilon"),
+    (advantages.entropy_shaped_token_advantage, "alpha", TokenShapingSpec, "alpha"),
+    (advantages.entropy_shaped_token_advantage, "kappa", TokenShapingSpec, "kappa"),
+    (maxent.maxent_advantage, "tau", MaxEntSpec, "tau"),
+    (maxent.maxent_advantage, "beta", MaxEntSpec, "beta"),
+    (maxent.maxent_advantage, "source", MaxEntSpec, "source"),
+    (maxent.maxent_advantage, "temperature", MaxEntSpec, "temperature"),
+    (losses.ppo_clip_loss, "clip_low", PpoClipSpec, "clip_low"),
+    (losses.ppo_clip_loss, "clip_high", PpoClipSpec, "clip_high"),
+    (losses.ppo_clip_loss, "clip_c", PpoClipSpec, "clip_c"),
+]
+
+
+@pytest.mark.parametrize(("fn", "keyword", "spec", "name"), SIGNATURE_DEFAULTS)
+def test_core_defaults_are_the_specs(fn, keyword, spec, name):
+    default = inspect.signature(fn).parameters[keyword].default
+    assert default == getattr(spec(), name)
+
+
+def test_every_core_hyper_parameter_has_a_spec_field():
+    """A new keyword with a default in a core estimator must come from a spec."""
+    covered = {(fn.__name__, keyword) for fn, keyword, *_ in SIGNATURE_DEFAULTS}
+    for fn in (
+        clip_schedules.clip_high_from_hallucination,
+        advantages.egpo_bonus_advantage,
+        advantages.egpo_ratio_advantage,
+        advantages.entropy_shaped_token_advantage,
+        maxent.maxent_advantage,
+    ):
+        for name, parameter in inspect.signature(fn).parameters.items():
+            if parameter.default is not inspect.Parameter.empty and name not in (
+                "norm_by_std",
+                "eps",
+            ):
+                assert (fn.__name__, name) in covered, (fn.__name__, name)
+
+
+@pytest.mark.parametrize("spec", SPEC_CLASSES)
+def test_unknown_key_names_itself_and_the_accepted_ones(spec):
+    with pytest.raises(SpecError) as error:
+        spec.from_mapping({"no_such_key": 1}, f"algorithm.{spec.SECTION}")
+    message = str(error.value)
+    assert f"algorithm.{spec.SECTION}: unknown key 'no_such_key'" in message
+    for f in dataclasses.fields(spec):
+        assert f.name in message
+
+
+def test_values_are_checked_and_typed():
+    with pytest.raises(SpecError, match="rule: must be one of"):
+        ClipScheduleSpec.from_mapping({"rule": "cubic"})
+    with pytest.raises(SpecError, match=r"clip_schedule\.low: expected a number"):
+        ClipScheduleSpec.from_mapping({"low": "high"})
+    with pytest.raises(SpecError, match="enable: expected true or false"):
+        ClipScheduleSpec.from_mapping({"enable": "yes"})
+    with pytest.raises(SpecError, match="lambda_min <= lambda_max"):
+        EgpoRatioSpec(lambda_min=3.0, lambda_max=2.0)
+    with pytest.raises(SpecError, match="saturation"):
+        ClipScheduleSpec(rule="linear", threshold=0.5, saturation=0.1)
+    with pytest.raises(SpecError, match="tau"):
+        MaxEntSpec(tau=0.0, beta=0.0)
+    assert ClipScheduleSpec.from_mapping({"low": 1, "neutral": None}).low == 1.0
+    assert ClipScheduleSpec.from_mapping(None) == ClipScheduleSpec()
+
+
+def test_algorithm_specs_reads_only_its_sections():
+    specs = algorithm_specs(
+        {"adv_estimator": "egpo", "gamma": 1.0, "egpo_bonus": {"lam": 0.2}, "maxent": None}
+    )
+    assert specs.egpo_bonus.lam == 0.2 and specs.maxent == MaxEntSpec()
+    assert algorithm_specs(None) == AlgorithmSpecs()
+    with pytest.raises(SpecError, match="expected a mapping"):
+        algorithm_specs({"clip_schedule": 0.3})
+
+
+def test_deprecated_keys_move_with_a_warning_naming_the_new_one():
+    old = {
+        "egpo_lambda": 0.3,
+        "egpo_alpha": 1.5,
+        "egpo": {"entropy_mode": "full", "lambda_min": 0.7, "entropy_epsilon": 1e-5},
+    }
+    with pytest.warns(FutureWarning) as caught:
+        specs = algorithm_specs(old)
+    messages = " ".join(str(w.message) for w in caught)
+    for new in ("egpo_bonus.lam", "egpo_bonus.alpha", "entropy.mode", "egpo_ratio.lambda_min"):
+        assert f"algorithm.{new}" in messages
+    assert (specs.egpo_bonus.lam, specs.egpo_bonus.alpha) == (0.3, 1.5)
+    assert specs.entropy.mode == "full"
+    assert (specs.egpo_ratio.lambda_min, specs.egpo_ratio.entropy_epsilon) == (0.7, 1e-5)
+
+
+def test_old_and_new_key_together_is_an_error():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(SpecError, match="both set"):
+            algorithm_specs({"egpo_lambda": 0.3, "egpo_bonus": {"lam": 0.2}})
+    with pytest.raises(SpecError, match=r"algorithm\.egpo: unknown key 'lamda'"):
+        algorithm_specs({"egpo": {"lamda": 0.1}})
+
+
+def test_schedule_bounds_use_the_spec():
+    import torch
+
+    spec = ClipScheduleSpec(enable=True, rule="step", low=0.1, high=0.9, threshold=0.5)
+    bounds = spec.bounds(torch.tensor([0.0, 0.6, float("nan")]))
+    assert bounds.tolist() == pytest.approx([0.1, 0.9, 0.1])
+    assert clip_schedules.per_sample_clip_high(None, spec, 0.28, 2).tolist() == pytest.approx(
+        [0.1, 0.1]
+    )
