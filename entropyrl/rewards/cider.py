@@ -28,7 +28,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -211,15 +210,10 @@ class CiderD:
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if path.suffix == ".gz":
             data = gzip.compress(data, compresslevel=6, mtime=0)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from entropyrl.data.io import atomic_path
+
+        with atomic_path(path) as tmp:  # never half a file; mode from the umask
+            tmp.write_bytes(data)
 
     @classmethod
     def load(
