@@ -29,10 +29,13 @@ from waitress.server import BaseWSGIServer, create_server
 from waitress.task import ErrorTask
 
 from chair_server.app import create_app
-from chair_server.config import ServerSettings, parse_args
+from chair_server.config import ServerSettings, command_line, parse_args
 from chair_server.scorer import ChairScorer
 
 log = logging.getLogger("chair_server")
+
+# --supervise: a first start may parse every COCO caption (minutes); past this it has failed
+SUPERVISED_START_TIMEOUT = 3600.0
 
 
 def load_scorer(settings: ServerSettings) -> ChairScorer:
@@ -167,9 +170,69 @@ def _in_flight(socket_map: dict) -> int:
     )
 
 
+def supervise(settings: ServerSettings) -> int:
+    """``--supervise``: the service runs as a child, started again when it dies, on the same
+    port (clients keep their URL), until SIGTERM or SIGINT stops both. The child's output goes
+    to this process's stdout, the supervisor's own lines (restarts) to stderr."""
+    from chair_server.launch import ChairServerProcess
+
+    port = settings.port or _free_port(settings.host)
+    if settings.token:
+        os.environ["CHAIR_SERVER_TOKEN"] = settings.token  # the child's, off the command line
+    child = command_line(settings, leave_out=("supervise", "port", "parent_pid"))
+    parent = str(os.getpid())
+
+    def command(port: int) -> list[str]:
+        args = ["--port", str(port), "--parent-pid", parent]
+        return [sys.executable, "-m", "chair_server", *child, *args]
+
+    def _exit(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # one stop at a time
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit)
+    sys.stdout.flush()
+    handle = ChairServerProcess(
+        command,
+        host=settings.host,
+        port=port,
+        timeout=SUPERVISED_START_TIMEOUT,
+        restart=True,
+        restart_delay=1.0,
+        log=sys.stdout.buffer,
+        ready_file=settings.ready_file,
+        keep_port=True,
+    )
+    try:
+        try:
+            handle.start()
+        except (RuntimeError, TimeoutError) as error:
+            return _fail(f"the service did not start: {str(error).strip().splitlines()[0]}")
+        log.info("supervising the CHAIR service at %s (pid %d)", handle.url, handle.pid)
+        while handle.alive() or handle.supervising():
+            if settings.parent_pid is not None and os.getppid() != settings.parent_pid:
+                log.warning("launcher (pid %d) is gone: stopping", settings.parent_pid)
+                break
+            time.sleep(0.5)
+        return 0 if handle.process is not None and handle.process.returncode == 0 else 1
+    finally:
+        handle.stop(timeout=settings.drain_timeout + 5.0)
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if settings.supervise:
+        return supervise(settings)
     slot = _AppSlot()
     try:
         server = bind(settings, slot)

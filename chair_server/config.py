@@ -97,6 +97,13 @@ class ServerSettings:
             "on SIGTERM/SIGINT: seconds to finish requests in flight before exiting (default 10)"
         ),
     )
+    supervise: bool = field(
+        default=False,
+        metadata=_help(
+            "run the service as a child process and start it again (same port, backoff) "
+            "when it dies; SIGTERM/SIGINT stop both (default: off)"
+        ),
+    )
     parent_pid: int | None = field(
         default=None,
         metadata=_help(
@@ -188,6 +195,9 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     for f in fields(ServerSettings):
         flag = "--" + f.name.replace("_", "-")
         target = source if f.name in ("coco", "ground_truth") else parser
+        if f.default is False:  # a switch
+            target.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
+            continue
         target.add_argument(
             flag,
             dest=f.name,
@@ -203,3 +213,19 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     except ValueError as exc:
         parser.error(str(exc))
         raise  # unreachable: parser.error exits
+
+
+def command_line(settings: ServerSettings, *, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """The flags that give ``settings`` back (defaults left out), for starting a child service.
+
+    The token is never put on a command line (other users can read it there): pass it in
+    ``CHAIR_SERVER_TOKEN``.
+    """
+    args: list[str] = []
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if f.name in (*leave_out, "token") or value == f.default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args

@@ -1,5 +1,8 @@
 """Start ``python -m chair_server`` as a supervised subprocess and wait until it is healthy.
 
+``start_server`` is the library form; ``python -m chair_server --supervise ...`` runs the same
+supervisor in the foreground (``examples/chair_mscoco.sh`` uses it for verl runs).
+
 The launcher leaves nothing behind: the service's log is an anonymous temporary file (unlinked
 at creation, so no exit path, Ctrl-C, SIGTERM or SIGKILL included, leaves a file or folder), and
 the service is started with ``--parent-pid``, so it stops by itself when its launcher is gone.
@@ -29,6 +32,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO
 
@@ -55,18 +59,26 @@ class ChairServerProcess:
         self,
         command: Callable[[int], list[str]],
         *,
+        host: str,
         port: int,
         timeout: float,
         restart: bool,
         restart_delay: float,
+        log: IO[bytes] | None = None,
+        ready_file: str | None = None,
+        keep_port: bool = False,
     ) -> None:
         self._command = command
+        self._host = host
         self._timeout = timeout
         self._restart = restart
         self._restart_delay = restart_delay
-        # anonymous: the name is removed at creation, the space is freed when the last of this
-        # process and the service closes it, whatever way either of them ends
-        self._log: IO[bytes] = tempfile.TemporaryFile(prefix="chair_server_")  # noqa: SIM115
+        self._ready_file = Path(ready_file) if ready_file else None
+        self._keep_port = keep_port
+        # by default anonymous: the name is removed at creation, the space is freed when the
+        # last of this process and the service closes it, whatever way either of them ends
+        self._own_log = log is None
+        self._log: IO[bytes] = log or tempfile.TemporaryFile(prefix="chair_server_")  # noqa: SIM115
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
@@ -90,6 +102,10 @@ class ChairServerProcess:
         """Everything the service (every restart of it) and the launcher wrote to the log."""
         return self._read_log(0)
 
+    def supervising(self) -> bool:
+        """True while the supervisor runs (it ends on stop(), a clean exit, or giving up)."""
+        return self._supervisor is not None and self._supervisor.is_alive()
+
     # start, supervise, stop ---------------------------------------------------------------
     def _read_log(self, offset: int) -> str:
         try:
@@ -101,17 +117,47 @@ class ChairServerProcess:
 
     def _note(self, message: str) -> None:
         log.warning("%s", message)
-        with contextlib.suppress(OSError, ValueError):  # the log was closed
-            os.write(self._log.fileno(), f"launcher: {message}\n".encode())
+        if self._own_log:  # a log given by the caller is the caller's
+            with contextlib.suppress(OSError, ValueError):  # the log was closed
+                os.write(self._log.fileno(), f"launcher: {message}\n".encode())
+
+    def _log_size(self) -> int:
+        try:
+            return os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
+
+    def _ready_url(self, offset: int, port: int) -> str:
+        """The URL once the service says it serves: the ready file, the line in the log, or
+        (a log that cannot be read back, e.g. a terminal) the known port."""
+        if self._ready_file is not None:
+            try:
+                return self._ready_file.read_text().strip()
+            except OSError:
+                return ""
+        if self._own_log:
+            for line in self._read_log(offset).splitlines():
+                if line.startswith(READY_LINE):
+                    return line[len(READY_LINE) :].strip()
+            return ""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{port}" if port else ""
 
     def _spawn(self, port: int) -> tuple[subprocess.Popen, str]:
-        """Start one service process on ``port``; return it and its URL once /health answers."""
-        offset = os.fstat(self._log.fileno()).st_size
+        """Start one service process on ``port``; return it and its URL once /health answers.
+
+        The service gets a session of its own: a Ctrl-C in the terminal reaches the launcher,
+        which stops the service in order, instead of both at once.
+        """
+        offset = self._log_size()
+        if self._ready_file is not None:
+            self._ready_file.unlink(missing_ok=True)
         process = subprocess.Popen(
             self._command(port),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + self._timeout
         url = ""
@@ -119,11 +165,8 @@ class ChairServerProcess:
             while True:
                 if self._stopping.is_set():
                     raise _Stopping
-                if not url:
-                    for line in self._read_log(offset).splitlines():
-                        if line.startswith(READY_LINE):
-                            url = line[len(READY_LINE) :].strip()
-                if url and _healthy(url):
+                url = url or self._ready_url(offset, port)
+                if url and process.poll() is None and _healthy(url):
                     return process, url
                 if process.poll() is not None:
                     raise RuntimeError(
@@ -141,7 +184,8 @@ class ChairServerProcess:
             _terminate(process, 5.0)
             raise
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """The first start (waits until healthy), then supervision when ``restart``."""
         self.process, self.url = self._spawn(self.port)
         self.port = int(self.url.rsplit(":", 1)[1])
         _LIVE.add(self)
@@ -192,7 +236,7 @@ class ChairServerProcess:
                         f"{reason}): giving up; clients fall back until the run ends"
                     )
                     return
-                if port and "cannot listen on" in str(error):
+                if port and not self._keep_port and "cannot listen on" in str(error):
                     # someone else has the port: a new one now, no reason to wait
                     reason, port, delay = f"port {port} is taken", 0, 0.0
                 else:
@@ -312,10 +356,15 @@ def start_server(
         ]
 
     handle = ChairServerProcess(
-        command, port=port, timeout=timeout, restart=restart, restart_delay=restart_delay
+        command,
+        host=host,
+        port=port,
+        timeout=timeout,
+        restart=restart,
+        restart_delay=restart_delay,
     )
     try:
-        handle._start()
+        handle.start()
     except BaseException:
         handle.stop(timeout=5.0)
         raise

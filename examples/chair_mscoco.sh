@@ -22,9 +22,11 @@
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
 # Starts the CHAIR service on a free port, waits for /health, trains, and stops the service on
-# any exit. Without a GPU, data or model it stops at once and says what is missing. If the
-# service does not come up, training goes on without CHAIR scores: every caption keeps its
-# CIDEr-D reward and the neutral clip bound, counted in chair/fallback_samples.
+# any exit. The service runs supervised: if it dies it is started again on the same port (the
+# trainer keeps its URL), with one line on stderr each time; meanwhile the reward's client
+# takes its fallback. Without a GPU, data or model it stops at once and says what is missing.
+# If the service does not come up, training goes on without CHAIR scores: every caption keeps
+# its CIDEr-D reward and the neutral clip bound, counted in chair/fallback_samples.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 er_parse_args "$@"
@@ -51,9 +53,10 @@ fi
 er_require_model "$MODEL_PATH"
 er_dry_run || er_require_plugin
 
-# 2. the CHAIR service on a free port, stopped on any exit
+# 2. the CHAIR service on a free port, supervised (restarted on that port if it dies), stopped
+#    on any exit. chair_pid is the supervisor: SIGTERM to it stops the service, then itself.
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/chair_mscoco.XXXXXX")"
-chair_cmd=("$ER_PYTHON" -m chair_server "${chair_source[@]}" --port 0 --ready-file "$workdir/url")
+chair_cmd=("$ER_PYTHON" -m chair_server "${chair_source[@]}" --port 0 --ready-file "$workdir/url" --supervise)
 chair_pid=""
 cleanup() {
   if [ -n "$chair_pid" ] && kill -0 "$chair_pid" 2>/dev/null; then
@@ -70,7 +73,8 @@ if er_dry_run; then
   echo "$(er_print_cmd "${chair_cmd[@]}") &"
   chair_url='http://127.0.0.1:PORT'  # the real port comes from the ready file
 else
-  "${chair_cmd[@]}" >"$workdir/chair.log" 2>&1 &
+  # the service's own output goes to its log; the supervisor's restart lines to stderr
+  "${chair_cmd[@]}" >"$workdir/chair.log" &
   chair_pid=$!
   deadline=$((SECONDS + CHAIR_TIMEOUT))
   chair_up=0
@@ -90,7 +94,7 @@ EOF
   done
   if [ "$chair_up" = 1 ]; then
     chair_url="$(cat "$workdir/url")"
-    echo "CHAIR service: $chair_url (pid $chair_pid)"
+    echo "CHAIR service: $chair_url (supervisor pid $chair_pid: restarted on this port if it dies)"
   else
     echo "warning: the CHAIR service did not come up (last lines of its log below); training" \
       "continues without CHAIR scores: CIDEr-D reward only, neutral clip bounds, counted in" \

@@ -6,6 +6,7 @@ like a user would), real services on loopback ports, SIGKILL to kill them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -168,3 +169,78 @@ def _bind(sock: socket.socket, port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+SERVICE = [sys.executable, "-m", "chair_server", "--ground-truth"]
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid``, started by any of its threads."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return sorted(c for c in found if not gone(c))
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def test_supervise_command_restarts_on_the_same_port_and_stops_cleanly(
+    tmp_path, session_gt_file
+) -> None:
+    """`python -m chair_server --supervise`, as examples/chair_mscoco.sh starts it for verl."""
+    ready = tmp_path / "url"
+    with open(tmp_path / "service.log", "wb") as service_log:
+        supervisor = subprocess.Popen(
+            [
+                *SERVICE,
+                str(session_gt_file),
+                "--port",
+                "0",
+                "--ready-file",
+                str(ready),
+                "--supervise",
+            ],
+            stdout=service_log,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        wait_for(lambda: ready.exists() and children(supervisor.pid), "the first start")
+        url = ready.read_text().strip()
+        (first,) = children(supervisor.pid)
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: children(supervisor.pid) not in ([], [first]), "a new service")
+        wait_for(lambda: healthy(url), "the restarted service on the same URL")
+        (second,) = children(supervisor.pid)
+        assert ready.read_text().strip() == url
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(60) == 0
+        wait_for(lambda: gone(second), "the service to stop with its supervisor")
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    err = supervisor.stderr.read()
+    assert f"(pid {first}) was killed by SIGKILL" in err
+    assert f"CHAIR service restarted at {url} (pid {second})" in err
+    assert "listening on " + url in (tmp_path / "service.log").read_text()
+
+
+def test_supervised_service_stops_when_its_supervisor_is_killed(tmp_path, session_gt_file) -> None:
+    ready = tmp_path / "url"
+    supervisor = subprocess.Popen(
+        [*SERVICE, str(session_gt_file), "--ready-file", str(ready), "--port", "0", "--supervise"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: ready.exists() and children(supervisor.pid), "the first start")
+    (service,) = children(supervisor.pid)
+    supervisor.kill()
+    supervisor.wait(10)
+    wait_for(lambda: gone(service), "the orphaned service to stop by itself")
