@@ -3,15 +3,26 @@
 verl swallows plugin import errors (DEBUG log only), so a broken install would otherwise show up
 as "Unknown advantage estimator" deep inside a Ray worker. This command imports nothing heavy
 at module level (verl is imported inside the command).
+
+It says what it checks before each slow step (importing verl pulls in torch, transformers and
+Ray; the last check does it again in a fresh interpreter). The messages verl prints on every
+import that are expected on a working setup are collected and explained in one line instead
+(`--verbose` prints them as they come): verl warns when it finds no GPU, and once per optional
+training engine that is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "entropyrl"
@@ -54,6 +65,84 @@ def fresh_process_report(timeout: float = 300.0, env: dict[str, str] | None = No
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+# verl 0.9.1, verl/workers/engine/__init__.py: one UserWarning per optional engine not installed
+_ENGINE_WARNING = re.compile(r"^(\w+) engine is not available")
+# verl 0.9.1, verl/plugin/platform/platform_manager.py: no CUDA/NPU/ROCm device answered
+_NO_ACCELERATOR = ("No supported accelerator detected", "is registered but not available")
+
+
+class _Collected(logging.Handler):
+    """Holds log records instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def expected_verl_messages(verbose: bool) -> Iterator[list[str]]:
+    """Collect what verl logs and warns while imported; yields the list of lines it printed
+    nothing for (empty with ``verbose``). Call ``explain`` on it afterwards."""
+    lines: list[str] = []
+    if verbose:
+        yield lines
+        return
+    root = logging.getLogger()
+    handler = _Collected()
+    # With a handler on the root logger, verl's own logging.basicConfig (run at import) adds
+    # none, so its WARNING lines reach only this handler.
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # the filters in force apply
+            yield lines
+    finally:
+        root.removeHandler(handler)
+    for record in handler.records:
+        if record.levelno >= logging.WARNING:
+            lines.append(f"{record.name}: {record.getMessage()}")
+    for warning in caught:
+        lines.append(f"{warning.category.__name__}: {warning.message}")
+
+
+def explain(lines: list[str]) -> list[str]:
+    """One line for the expected messages, the unexpected ones as they were."""
+    engines = sorted({m.group(1) for line in lines if (m := _ENGINE_WARNING.search(_text(line)))})
+    no_gpu = any(marker in line for line in lines for marker in _NO_ACCELERATOR)
+    other = [
+        line
+        for line in lines
+        if not _ENGINE_WARNING.search(_text(line))
+        and not any(marker in line for marker in _NO_ACCELERATOR)
+    ]
+    out = []
+    expected = len(lines) - len(other)
+    if expected:
+        reasons = []
+        if no_gpu:
+            reasons.append(
+                "no GPU visible, so verl falls back to its CUDA platform (expected without a "
+                "GPU; CPU runs set VERL_PLATFORM=cpu)"
+            )
+        if engines:
+            reasons.append(
+                f"optional verl training engines not installed: {', '.join(engines)} "
+                "(entropyrl uses verl's FSDP engine)"
+            )
+        out.append(
+            f"  {expected} expected verl messages not shown (--verbose shows them): "
+            + "; ".join(reasons)
+        )
+    out += [f"  verl: {line}" for line in other]
+    return out
+
+
+def _text(line: str) -> str:
+    return line.split(": ", 1)[1] if ": " in line else line
+
+
 def entry_point_declared() -> bool:
     from importlib.metadata import entry_points
 
@@ -63,22 +152,30 @@ def entry_point_declared() -> bool:
     )
 
 
+def _step(text: str) -> None:
+    print(f"{text} ...", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     ok = True
-    try:
-        import verl
-    except ImportError as error:
-        print(f"verl: not importable ({error}); install with `pip install 'entropyrl[verl]'`")
-        return 1
+    print("entropyrl doctor: the verl plugin's install, registrations and discovery", flush=True)
+    _step("importing verl (it loads torch, transformers and Ray: the slow part)")
+    with expected_verl_messages(args.verbose) as messages:
+        try:
+            import verl
+        except ImportError as error:
+            print(f"verl: not importable ({error}); install with `pip install 'entropyrl[verl]'`")
+            return 1
+        from entropyrl.verl.cpu_backend import missing_names
     print(f"verl: {verl.__version__}")
+    for line in explain(messages):
+        print(line)
     if verl.__version__ != SUPPORTED_VERL:
         print(
             f"  MISMATCH: entropyrl's plugin is written for verl {SUPPORTED_VERL} (its CPU "
             f"backend and rollout use verl internals); install verl[verl-core]=={SUPPORTED_VERL}"
         )
         ok = False
-    from entropyrl.verl.cpu_backend import missing_names
-
     missing = missing_names()
     print(
         "verl internals used by the CPU backend and the hf rollout: "
@@ -94,19 +191,24 @@ def run(args: argparse.Namespace) -> int:
     )
     ok &= declared
 
+    _step("importing the plugin")
     try:
-        from entropyrl.verl import plugin
+        with expected_verl_messages(args.verbose) as messages:
+            from entropyrl.verl import plugin
 
-        registered = plugin.registrations()
+            registered = plugin.registrations()
     except Exception as error:  # report, do not hide, whatever broke the import
         print(f"plugin import: FAILED: {type(error).__name__}: {error}")
         return 1
+    for line in explain(messages):
+        print(line)
     print("registered in this process:")
     for kind, names in registered.items():
         for name, present in names.items():
             print(f"  {kind:22s} {name:16s} {'ok' if present else 'MISSING'}")
             ok &= present
 
+    _step("checking discovery in a fresh Python that only runs `import verl` (slow again)")
     try:
         report = fresh_process_report(timeout=args.timeout)
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as error:
@@ -149,4 +251,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds allowed for the fresh-process probe (default 300)",
     )
     parser.add_argument("--json", action="store_true", help="also print a JSON summary")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print verl's own warnings as they come, expected ones included",
+    )
     parser.set_defaults(func=run)
