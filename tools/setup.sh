@@ -42,15 +42,22 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ] \
   exit 0
 fi
 
+# The installed torch's version comes from its metadata, not from `import torch`: numpy is not
+# installed yet on a clean machine, and importing torch without it prints "Failed to initialize
+# NumPy" (harmless, but a warning a user cannot place).
+torch_installed() {
+  "$python" -c 'from importlib.metadata import version; print(version("torch"))'
+}
 if ! "$python" -c 'import torch' 2>/dev/null; then
   echo "setup: installing torch==2.13.0 first (CPU build on machines without CUDA)"
   "$python" -m pip install --quiet "torch==2.13.0"
 else
-  echo "setup: keeping torch $("$python" -c 'import torch; print(torch.__version__)')"
+  echo "setup: keeping torch $(torch_installed)"
 fi
 
 # Everything else, with the installed torch pinned so no resolver step can replace it.
-torch_version=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])')
+torch_version=$(torch_installed)
+torch_version=${torch_version%%+*}
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "torch==$torch_version" >"$constraints"
