@@ -208,25 +208,9 @@ class PerSampleClipPPOLoss:
 
     def _trace(self, data: Any, clip_high: torch.Tensor | None) -> None:
         """Record what this micro-batch's loss sees per sample (see `entropyrl.verl.trace`)."""
-        mask = _dense(data["response_mask"])
-        responses = _dense(data["responses"]) if "responses" in data else None
-        if responses is None:  # no response ids in the micro-batch: the tail of input_ids
-            responses = _dense(data["input_ids"])[:, -mask.shape[-1] :]
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        step = data.get("global_steps", None)
-        step = getattr(step, "data", step)
-        trace.write(
-            f"worker-{rank}-{os.getpid()}",
-            trace.sample_rows(
-                responses=responses,
-                response_mask=mask,
-                clip_high=clip_high,
-                advantages=_dense(data["advantages"]),
-                rank=rank,
-                step=int(step) if isinstance(step, int | float) else None,
-                fields=sorted(str(key) for key in data.keys()),  # noqa: SIM118 (TensorDict iterates rows)
-            ),
-        )
+        rows = trace.worker_rows(data, clip_high)
+        rank = rows[0]["rank"] if rows else 0
+        trace.write(f"worker-{rank}-{os.getpid()}", rows)
 
 
 def _dense(value: Any) -> torch.Tensor:

@@ -1,10 +1,13 @@
 """Per-sample records of a real verl run, to check that each sample's values reach the loss.
 
 With `ENTROPYRL_TRACE_DIR=DIR`, the entropy-aware trainer writes one JSON line per sample and
-step to `DIR/driver.jsonl` (the clip bound it computed from CHAIR_i, the advantage) and the actor
-loss writes one line per sample and micro-batch to `DIR/worker-<rank>-<pid>.jsonl` (the bound and
-advantage it actually used). Samples are matched by a key derived from the response tokens, which
-both sides hold; the tests join the files. Off by default: nothing is computed or written.
+step to `DIR/driver.jsonl` (what it computed: the clip bound from CHAIR_i, the advantages, and the
+old-policy log-probs and entropies the actor ranks returned) and the actor loss writes one line per
+sample and micro-batch call to `DIR/worker-<rank>-<pid>.jsonl` (what that rank's loss actually
+used). Samples are matched by a key that both sides hold and that does not depend on how the
+batch was split or ordered: a hash of the prompt's dataset index and the response tokens. Two
+rows share a key only when they are the same response to the same prompt, and then every traced
+value agrees. Off by default: nothing is computed or written.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 TRACE_ENV = "ENTROPYRL_TRACE_DIR"
@@ -26,12 +30,20 @@ def trace_dir() -> Path | None:
     return Path(path) if path else None
 
 
-def sample_keys(responses: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
-    """One key per row [B]: a hash of the row's response tokens under its mask."""
+def sample_keys(
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    prompt_ids: Sequence[Any] | None = None,
+) -> list[str]:
+    """One key per row [B]: a hash of the row's prompt id (dataset index) and response tokens."""
     keys = []
-    for tokens, mask in zip(responses.detach().cpu(), response_mask.detach().cpu().bool()):
-        data = tokens[mask].to(torch.int64).numpy().tobytes()
-        keys.append(hashlib.sha1(data).hexdigest()[:16])
+    prompts = [None] * responses.shape[0] if prompt_ids is None else list(prompt_ids)
+    for tokens, mask, prompt in zip(
+        responses.detach().cpu(), response_mask.detach().cpu().bool(), prompts
+    ):
+        digest = hashlib.sha1(f"{prompt}:".encode() if prompt is not None else b"")
+        digest.update(tokens[mask].to(torch.int64).numpy().tobytes())
+        keys.append(digest.hexdigest()[:16])
     return keys
 
 
@@ -43,6 +55,40 @@ def _first_token_values(values: torch.Tensor, response_mask: torch.Tensor) -> li
         positions = torch.nonzero(row_mask, as_tuple=False)
         out.append(float(row[positions[0, 0]]) if len(positions) else None)
     return out
+
+
+def token_values(values: torch.Tensor | None, response_mask: torch.Tensor) -> list[Any]:
+    """Each row's values on its response tokens ([B, T] -> B lists); None rows without values."""
+    if values is None:
+        return [None] * response_mask.shape[0]
+    values, mask = values.detach().cpu().float(), response_mask.detach().cpu().bool()
+    width = min(values.shape[-1], mask.shape[-1])
+    return [row[:width][m[:width]].tolist() for row, m in zip(values, mask)]
+
+
+def _plain(item: Any) -> Any:
+    """A JSON-ready scalar: numpy / torch scalars as Python numbers, non-tensor wrappers opened."""
+    if isinstance(item, torch.Tensor | np.generic):
+        return item.item()
+    if type(item).__name__ == "NonTensorData":
+        return _plain(item.data)
+    return item
+
+
+def row_values(value: Any, size: int) -> list[Any]:
+    """A per-row field of a TensorDict (tensor, non-tensor stack or list) as [size] values."""
+    if value is None:
+        return [None] * size
+    if isinstance(value, torch.Tensor):
+        value = value.reshape(value.shape[0], -1)[:, 0] if value.dim() else value.expand(size)
+    elif type(value).__name__ == "NonTensorData":
+        value = value.data
+    if hasattr(value, "tolist"):  # numpy arrays, tensors, non-tensor stacks
+        value = value.tolist()
+    items = list(value) if isinstance(value, list | tuple) else [value] * size
+    if len(items) != size:
+        raise ValueError(f"a per-row field has {len(items)} values for {size} rows")
+    return [_plain(item) for item in items]
 
 
 def write(name: str, rows: Iterable[dict[str, Any]]) -> None:
@@ -61,22 +107,130 @@ def sample_rows(
     response_mask: torch.Tensor,
     clip_high: torch.Tensor | None,
     advantages: torch.Tensor | None,
+    prompt_ids: Sequence[Any] | None = None,
     **extra: Any,
 ) -> list[dict[str, Any]]:
-    """Trace rows for a batch: key, clip bound (None without one), advantage at token 0."""
-    keys = sample_keys(responses, response_mask)
+    """Trace rows for a batch: key, position, clip bound (None without one), advantages.
+
+    `advantage` is the value at the first response token (what a per-sample estimator gives
+    every token), `advantages` the value at every response token.
+    """
+    keys = sample_keys(responses, response_mask, prompt_ids)
     bounds = (
         [None] * len(keys)
         if clip_high is None
         else [float(v) for v in clip_high.detach().cpu().reshape(-1)]
     )
-    advantage = (
+    first = (
         [None] * len(keys) if advantages is None else _first_token_values(advantages, response_mask)
     )
+    every = token_values(advantages, response_mask)
+    prompts = [None] * len(keys) if prompt_ids is None else list(prompt_ids)
     return [
-        {"key": key, "clip_high": bound, "advantage": adv, **extra}
-        for key, bound, adv in zip(keys, bounds, advantage)
+        {
+            "key": key,
+            "prompt": prompt,
+            "position": position,
+            "clip_high": bound,
+            "advantage": adv,
+            "advantages": all_adv,
+            **extra,
+        }
+        for position, (key, prompt, bound, adv, all_adv) in enumerate(
+            zip(keys, prompts, bounds, first, every)
+        )
     ]
+
+
+def dense(value: Any) -> torch.Tensor | None:
+    """A padded tensor from a (possibly nested) TensorDict field; None stays None."""
+    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
+
+
+def _field(data: Any, name: str) -> Any:
+    return data.get(name, None)
+
+
+_loss_calls = 0
+
+
+def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any]]:
+    """Rows for one call of the actor loss on a verl micro-batch TensorDict.
+
+    Each row also says where the sample sat (rank, this process's loss-call number, row in the
+    micro-batch) and the global normalisers verl handed the loss (dp size, mini-batch tokens and
+    rows), so a test can rebuild how the ranks split every mini-batch.
+    """
+    global _loss_calls
+    _loss_calls += 1
+    mask = dense(data["response_mask"])
+    responses = dense(_field(data, "responses"))
+    if responses is None:  # no response ids in the micro-batch: the tail of input_ids
+        responses = dense(data["input_ids"])[:, -mask.shape[-1] :]
+    size = mask.shape[0]
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    step = row_values(_field(data, "global_steps"), size)[0]
+    shared = {
+        name: row_values(_field(data, name), size)[0]
+        for name in ("dp_size", "batch_num_tokens", "global_batch_size")
+    }
+    rows = sample_rows(
+        responses=responses,
+        response_mask=mask,
+        clip_high=clip_high,
+        advantages=dense(data["advantages"]),
+        prompt_ids=row_values(_field(data, "index"), size),
+        rank=rank,
+        call=_loss_calls,
+        threads=torch.get_num_threads(),
+        step=int(step) if isinstance(step, int | float) else None,
+        **shared,
+        fields=sorted(str(key) for key in data.keys()),  # noqa: SIM118 (TensorDict iterates rows)
+    )
+    old_log_probs = token_values(dense(_field(data, "old_log_probs")), mask)
+    for row, values in zip(rows, old_log_probs):
+        row["old_log_probs"] = values
+    return rows
+
+
+def driver_rows(
+    *,
+    tensors: dict[str, torch.Tensor | None],
+    advantages: torch.Tensor | None,
+    prompt_ids: Sequence[Any] | None,
+    clip_high: torch.Tensor | None,
+    chair_i: torch.Tensor,
+    valid: torch.Tensor,
+    seq_lens: Sequence[Any],
+    step: int,
+) -> list[dict[str, Any]]:
+    """Rows for one step of the entropy-aware trainer, in the order of its (balanced) batch.
+
+    Besides the bound and advantages, each row keeps the old-policy log-probs and entropies the
+    actor ranks computed for the sample and verl's `seq_len` tag (what `balance_batch` sorts on).
+    """
+    mask = tensors["response_mask"]
+    rows = sample_rows(
+        responses=tensors["responses"],
+        response_mask=mask,
+        clip_high=clip_high,
+        advantages=advantages,
+        prompt_ids=prompt_ids,
+        step=step,
+    )
+    old_log_probs = token_values(tensors.get("old_log_probs"), mask)
+    entropy = token_values(tensors.get("entropy"), mask)
+    for row, chair, keep, seq_len, logp, ent in zip(
+        rows, chair_i.tolist(), valid.tolist(), seq_lens, old_log_probs, entropy
+    ):
+        row.update(
+            chair_i=None if chair != chair else chair,
+            padding=not keep,
+            seq_len=_plain(seq_len),
+            old_log_probs=logp,
+            entropy=ent,
+        )
+    return rows
 
 
 def read(directory: Path, prefix: str) -> list[dict[str, Any]]:

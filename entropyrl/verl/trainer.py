@@ -177,17 +177,18 @@ class EntropyPPOTrainer(PPOTrainerSync):
         chair_i: torch.Tensor,
         valid: torch.Tensor,
     ) -> None:
-        """Record the per-sample bound and advantage this step computed (`entropyrl.verl.trace`)."""
-        got = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"]
-        )
-        rows = trace.sample_rows(
-            responses=tensors["responses"],
-            response_mask=tensors["response_mask"],
-            clip_high=clip_high,
+        """Record what this step computed per sample (`entropyrl.verl.trace`)."""
+        names = ["advantages", *_available(batch, ("index",))]
+        got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+        index = got.get("index", None)
+        rows = trace.driver_rows(
+            tensors=tensors,
             advantages=_padded(got, "advantages"),
+            prompt_ids=None if index is None else trace.row_values(index, len(batch)),
+            clip_high=clip_high,
+            chair_i=chair_i,
+            valid=valid,
+            seq_lens=[tag.get("seq_len") for tag in batch.tags],
             step=int(self.global_steps),
         )
-        for row, chair, keep in zip(rows, chair_i.tolist(), valid.tolist()):
-            row.update(chair_i=None if chair != chair else chair, padding=not keep)
         trace.write("driver", rows)
