@@ -16,14 +16,31 @@ transformers:
 
 It is meant for CPU smoke runs and tests of the real trainer, not for throughput: GPU users keep
 vLLM.
+
+Reproducible rollouts: by default concurrent requests are decoded together and draw from one
+random stream, so which responses come out depends on arrival order. With verl's own
+`actor_rollout_ref.rollout.full_determinism=true` each request is decoded alone with a seed made
+from `rollout.seed`, its prompt (token ids and image pixels) and how many identical requests
+this replica served before it: the same data and weights give the same responses in every run
+of one replica. Two layouts (1 rank against 2) still sample differently, as requests spread over
+several replicas by load; to train both on the same batch, record and replay it. With
+`ENTROPYRL_ROLLOUT_RECORD=FILE` every served response is appended to FILE (one JSON line: prompt
+key, step, token ids, log-probs); with `ENTROPYRL_ROLLOUT_REPLAY=FILE` nothing is sampled and each
+request gets the next recorded response for its prompt (prompt token ids plus image pixels), in
+recorded order. The queue of recorded responses lives in one named Ray actor that every replica
+asks, so the n requests of a prompt get the n recorded responses whichever replicas serve them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
+from collections import defaultdict, deque
 from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -41,8 +58,74 @@ _SERVER_PREFIX = "hf_server_"
 _FORBIDDEN_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 
 
+RECORD_ENV = "ENTROPYRL_ROLLOUT_RECORD"
+REPLAY_ENV = "ENTROPYRL_ROLLOUT_REPLAY"
+_REPLAY_ACTOR = "hf_rollout_replay"
+
+
 def server_name(replica_rank: int, node_rank: int = 0) -> str:
     return f"{_SERVER_PREFIX}{replica_rank}_{node_rank}"
+
+
+def prompt_key(prompt_ids: Sequence[int], images: Sequence[Any] | None = None) -> str:
+    """What identifies a request's prompt across runs: its token ids and its images' pixels.
+
+    The token ids alone are not enough: every caption prompt of a data set has the same text and
+    the same number of image placeholder tokens.
+    """
+    digest = hashlib.sha1(",".join(str(int(token)) for token in prompt_ids).encode())
+    for image in images or ():
+        digest.update(f"|{image.mode}:{image.size}|".encode())
+        digest.update(image.tobytes())
+    return digest.hexdigest()
+
+
+def read_recording(path: str | Path) -> dict[str, list[tuple[list[int], list[float]]]]:
+    """Recorded responses by prompt key, in recorded order (`ENTROPYRL_ROLLOUT_RECORD` lines)."""
+    by_prompt: dict[str, list[tuple[list[int], list[float]]]] = defaultdict(list)
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            by_prompt[row["prompt"]].append((list(row["token_ids"]), list(row["log_probs"])))
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}:{number}: not a recorded rollout line ({error})") from error
+    return dict(by_prompt)
+
+
+class ReplayStore:
+    """The recorded responses, handed out once each, in recorded order, to any replica that asks."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.queues = {key: deque(answers) for key, answers in read_recording(path).items()}
+
+    def take(self, key: str) -> tuple[list[int], list[float]] | None:
+        queue = self.queues.get(key)
+        return queue.popleft() if queue else None
+
+    def left(self) -> int:
+        return sum(len(queue) for queue in self.queues.values())
+
+
+def _replay_store(path: str) -> Any:
+    """The run's one `ReplayStore` actor (the first replica to ask creates it)."""
+    return (
+        ray.remote(ReplayStore)
+        .options(name=_REPLAY_ACTOR, get_if_exists=True, num_cpus=0)
+        .remote(path)
+    )
+
+
+def _append_line(path: str, row: dict[str, Any]) -> None:
+    """One JSON line, written with a single append (replicas may share the file)."""
+    data = (json.dumps(row) + "\n").encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, data)
+    finally:
+        os.close(descriptor)
 
 
 def _load_policy(path: str, trust_remote_code: bool) -> Any:
@@ -121,11 +204,17 @@ class HFRolloutServer:
         self.forbidden_ids = sorted({vocab[token] for token in _FORBIDDEN_TOKENS if token in vocab})
         self.image_token_id = vocab.get("<|image_pad|>")
         self.max_batch = max(1, int(os.environ.get("ENTROPYRL_ROLLOUT_BATCH", "16")))
+        self.deterministic = bool(getattr(self.config, "full_determinism", False))
+        self._occurrences: dict[str, int] = defaultdict(int)
         self._queue: list[tuple[dict[str, Any], asyncio.Future]] = []
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self.requests_served = 0
+        self.record_path = os.environ.get(RECORD_ENV) or None
+        replay = os.environ.get(REPLAY_ENV) or None
+        self.replay_path = replay
+        self._replay = _replay_store(replay) if replay else None
 
     # -- verl's server protocol -------------------------------------------------------------
 
@@ -168,12 +257,32 @@ class HFRolloutServer:
                 self.config.prompt_length + self.config.response_length - len(prompt_ids),
             )
         max_tokens = max(1, min(max_tokens, max_possible))
+        images = list(image_data) if image_data else None
+        replaying = self._replay is not None
+        keyed = replaying or self.record_path or self.deterministic
+        key = prompt_key(prompt_ids, images) if keyed else ""
+        if replaying:
+            answer = await self._replay.take.remote(key)
+            if answer is None:
+                raise RuntimeError(
+                    f"hf rollout replay: {self.replay_path} has no response left for prompt {key} "
+                    "(replay the run that recorded it, with the same data and settings)"
+                )
+            token_ids, log_probs = answer
+            self.requests_served += 1
+            return TokenOutput(
+                token_ids=token_ids,
+                log_probs=log_probs,
+                stop_reason="completed",
+                extra_fields={"global_steps": self.global_steps},
+            )
         request = {
             "prompt_ids": prompt_ids,
-            "images": list(image_data) if image_data else None,
+            "images": images,
             "max_tokens": max_tokens,
             "sampling": _sampling_kwargs(params),
             "temperature": float(params.get("temperature", 1.0)),
+            "seed": self._request_seed(key) if self.deterministic else None,
         }
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
@@ -185,12 +294,25 @@ class HFRolloutServer:
             self._worker = loop.create_task(self._serve())
         token_ids, log_probs = await future
         self.requests_served += 1
+        if self.record_path:
+            row = {"prompt": key, "step": self.global_steps, "token_ids": token_ids}
+            _append_line(self.record_path, {**row, "log_probs": log_probs})
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    def _request_seed(self, key: str) -> int:
+        """The sampling seed of a request: rollout seed, prompt, and its rank among identical
+        requests on this replica (identical requests are interchangeable, so arrival order
+        does not change the set of responses)."""
+        occurrence = self._occurrences[key]
+        self._occurrences[key] += 1
+        seed = int(getattr(self.config, "seed", 0) or 0)
+        digest = hashlib.sha1(f"{seed}:{key}:{occurrence}".encode()).hexdigest()
+        return int(digest[:15], 16)
 
     async def _serve(self) -> None:
         """Decode queued requests in batches of equal sampling settings, one batch at a time."""
@@ -230,7 +352,8 @@ class HFRolloutServer:
                 request["max_tokens"],
                 request["images"] is None,
             ) == key
-            if same and len(batch) < self.max_batch:
+            limit = 1 if self.deterministic else self.max_batch
+            if same and len(batch) < limit:
                 batch.append(item)
             else:
                 rest.append(item)
@@ -256,17 +379,20 @@ class HFRolloutServer:
             # Text models read positions from here; left padding must not shift them.
             inputs["position_ids"] = (attention.cumsum(dim=1) - 1).clamp_min(0)
         first = requests[0]
-        output = self.model.generate(
-            **inputs,
-            max_new_tokens=first["max_tokens"],
-            eos_token_id=self.eos_ids or None,
-            pad_token_id=self.pad_id,
-            suppress_tokens=self.forbidden_ids or None,
-            return_dict_in_generate=True,
-            output_logits=True,
-            use_cache=True,
-            **first["sampling"],
-        )
+        with torch.random.fork_rng(devices=[], enabled=first["seed"] is not None):
+            if first["seed"] is not None:  # full determinism: one request, its own seed
+                torch.manual_seed(first["seed"])
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=first["max_tokens"],
+                eos_token_id=self.eos_ids or None,
+                pad_token_id=self.pad_id,
+                suppress_tokens=self.forbidden_ids or None,
+                return_dict_in_generate=True,
+                output_logits=True,
+                use_cache=True,
+                **first["sampling"],
+            )
         sequences = output.sequences[:, width:]
         temperature = first["temperature"] if first["temperature"] > 0 else 1.0
         logits = torch.stack(output.logits, dim=1).float() / temperature
