@@ -21,6 +21,7 @@ from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, register_po
 from entropyrl.losses import ppo_clip_loss
 from entropyrl.verl import trace
 from entropyrl.verl.inputs import current_clip_high, per_sample_clip_high
+from entropyrl.verl.rank_metrics import global_batch_metrics
 
 LOSS_NAME = "per_sample_clip"
 CLIP_FIELD = "clip_ratio_high"
@@ -204,7 +205,9 @@ class PerSampleClipPPOLoss:
         if trace.trace_dir() is not None:
             self._trace(data, clip_high)
         with per_sample_clip_high(clip_high):
-            return ppo_loss(config, model_output, data, dp_group)
+            loss, metrics = ppo_loss(config, model_output, data, dp_group)
+        # Clip fractions as shares of the whole mini-batch, not means of the ranks' means.
+        return loss, global_batch_metrics(metrics, data)
 
     def _trace(self, data: Any, clip_high: torch.Tensor | None) -> None:
         """Record what this micro-batch's loss sees per sample (see `entropyrl.verl.trace`)."""

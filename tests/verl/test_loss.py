@@ -14,6 +14,7 @@ from verl.utils import tensordict_utils as tu
 
 import entropyrl.verl.plugin  # noqa: F401  (registers the policy loss)
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.rank_metrics import global_batch_metrics
 
 PROMPT = 3
 
@@ -134,9 +135,12 @@ def test_constant_field_matches_vanilla_with_global_normalisation(chair_config, 
     eps = torch.full((4,), float(chair_config.actor_rollout_ref.actor.clip_ratio_high))
     kwargs = {"batch_num_tokens": 37, "global_batch_size": 7, "dp_size": 2}
     loss_a, grad_a, metrics_a = run(ours, log_prob, old, adv, lengths, clip_high=eps, **kwargs)
-    loss_b, grad_b, metrics_b = run(
-        lambda mo, d: ppo_loss(vanilla_config, mo, d), log_prob, old, adv, lengths, **kwargs
-    )
+
+    def vanilla(model_output, data):
+        loss, metrics = ppo_loss(vanilla_config, model_output, data)
+        return loss, global_batch_metrics(metrics, data)  # as our loss callable reports them
+
+    loss_b, grad_b, metrics_b = run(vanilla, log_prob, old, adv, lengths, **kwargs)
     torch.testing.assert_close(loss_a, loss_b)
     torch.testing.assert_close(grad_a, grad_b)
     for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
