@@ -76,7 +76,7 @@ er_smoke_prepare() {
 # --smoke: check DIR/metrics.jsonl after the run. er_smoke_check TASK
 er_smoke_check() {
   er_dry_run && return 0
-  "$ER_PYTHON" -m entropyrl.verl.smoke check "$1" --out "$ER_SMOKE_OUT"
+  "$ER_PYTHON" -m entropyrl.verl.smoke check "$1" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS"
 }
 
 # verl importable and the version this project is written for (one line, not a traceback).

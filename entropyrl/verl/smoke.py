@@ -248,7 +248,9 @@ def run_environment(settings: SmokeSettings, out: Path) -> dict[str, str]:
     """Environment of a CPU smoke run (inherited by Ray's local workers)."""
     return {
         "VERL_PLATFORM": "cpu",
-        # Two cores shared by several processes: one thread each, or they thrash.
+        # Every process one thread: the actor ranks (one process each) take turns with their
+        # rollout servers (one replica per rank), Ray's and TransferQueue's helpers share the
+        # same cores; more threads per rank thrash a 2-core machine at --ranks 2.
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -405,6 +407,20 @@ def check_metrics(
     return problems
 
 
+def check_config(config_path: Path, settings: SmokeSettings) -> list[str]:
+    """Problems with the resolved config the run wrote (empty when it ran as asked)."""
+    from omegaconf import OmegaConf
+
+    if not config_path.is_file():
+        return [f"{config_path} was not written (the trainer writes it when it starts)"]
+    config = OmegaConf.load(config_path)
+    ranks = OmegaConf.select(config, "trainer.n_gpus_per_node")
+    nodes = OmegaConf.select(config, "trainer.nnodes")
+    if ranks != settings.ranks or nodes != 1:
+        return [f"the run had {nodes} node(s) x {ranks} rank(s), expected 1 x {settings.ranks}"]
+    return []
+
+
 def schedule_range(config_path: Path) -> tuple[float, float]:
     """(low, high) of the clip schedule in the resolved config the run wrote."""
     from omegaconf import OmegaConf
@@ -470,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = out / "config.yaml"
     schedule = schedule_range(config) if config.is_file() else (0.3, 0.5)
     problems = check_metrics(rows, settings, schedule)
+    problems += check_config(config, settings)
     print(summarize(rows))
     if problems:
         print("smoke check FAILED:\n  " + "\n  ".join(problems))

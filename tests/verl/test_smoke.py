@@ -50,7 +50,10 @@ def tail(result: subprocess.CompletedProcess, lines: int = 60) -> str:
 
 @pytest.fixture(scope="session")
 def smoke_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("smoke-assets")
+    """The smoke assets, one folder per test session (tests/verl/test_ranks.py shares it)."""
+    cache = tmp_path_factory.getbasetemp() / "smoke-assets"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture(scope="module")
