@@ -1,0 +1,69 @@
+"""The verl caption reward when its CHAIR service dies and comes back: the reward path logs one
+line each way, skips the dead service instead of paying retries per batch, and scores again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from entropyrl.rewards.cider import CiderD
+from entropyrl.verl import rewards
+
+REFERENCES = {1: ["a dog and a cat on a sofa", "a cat sits next to a dog"]}
+
+
+def test_reward_path_reports_the_outage_and_recovers(tmp_path, caplog) -> None:
+    launch = pytest.importorskip("chair_server.launch")
+    caplog.set_level(logging.WARNING, logger="entropyrl.chair_client")
+    cider_df = tmp_path / "cider_df.json.gz"
+    CiderD.from_references(REFERENCES).save(cider_df)
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({"1": ["dog", "cat", "couch"]}))
+    server = launch.start_server(ground_truth=truth, restart=False)
+    url, port = server.url, server.port
+    loop = asyncio.new_event_loop()  # one loop: one batcher, one client, as in a verl worker
+    rewards._BATCHERS.clear()
+
+    def score() -> dict:
+        call = rewards.caption_score(
+            "coco_caption",
+            "a dog next to a giraffe",
+            json.dumps({"image_id": 1, "references": REFERENCES[1]}),
+            {},
+            cider_df=str(cider_df),
+            chair_url=url,
+            chair_weight=1.0,
+            chair_retries=1,
+        )
+        return loop.run_until_complete(call)
+
+    try:
+        assert score()["chair_ok"]
+        os.kill(server.pid, signal.SIGKILL)
+        server.stop()
+        assert score()["chair_fallback"]
+        (batcher,) = rewards._BATCHERS.values()
+        client = batcher.reward.chair_client
+        requests = client.stats["requests"]
+        assert score()["chair_fallback"]  # the open circuit: no request, no retry
+        assert client.stats["requests"] == requests
+        server = launch.start_server(ground_truth=truth, port=port, restart=False)
+        deadline = time.monotonic() + 60
+        while not (row := score())["chair_ok"]:  # scores come back after the cooldown's probe
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert row["chair_i"] == pytest.approx(0.5)
+    finally:
+        server.stop()
+        loop.close()
+        rewards._BATCHERS.clear()
+    lines = [r.getMessage() for r in caplog.records if r.name == "entropyrl.chair_client"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"CHAIR service at {url} stopped answering")
+    assert lines[1].startswith(f"CHAIR service at {url} answers again")
