@@ -52,7 +52,11 @@ class _Stopping(Exception):
 class ChairServerProcess:
     """A running, supervised CHAIR service: ``.url``, ``.pid``, ``.restarts``, ``.stop()``.
 
-    A context manager that stops it. Returned by :func:`start_server`; not built directly.
+    A context manager that stops it. Built by :func:`start_server` and by ``--supervise``;
+    ``start()`` runs the first start. ``command(port)`` is the service's command line;
+    ``log`` receives its output (default: an anonymous temporary file, read back for the ready
+    line); ``ready_file``, when the command writes one, tells when it serves; ``keep_port``
+    restarts only on the same port (clients given a fixed URL), retrying while it is taken.
     """
 
     def __init__(
