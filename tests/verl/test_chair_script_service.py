@@ -1,0 +1,121 @@
+"""examples/chair_mscoco.sh's CHAIR service: supervised, restarted on the same URL when killed
+mid-run, stopped with the script.
+
+The script runs for real up to the trainer; stand-ins replace only what needs a GPU machine:
+`nvidia-smi`, the doctor check, and verl's trainer, which here kills the real service with
+SIGKILL, waits for it to answer again at the URL the script gave it, and records what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+TRAINER = """
+import json, os, signal, sys, time, urllib.request
+from pathlib import Path
+
+truth, record = sys.argv[1], sys.argv[2]
+prefix = "reward.custom_reward_function.reward_kwargs.chair_url="
+url = next(a[len(prefix):] for a in sys.argv if a.startswith(prefix))
+
+def healthy():
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+def services():
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\\0")
+        except OSError:
+            continue
+        if truth.encode() in argv and b"--parent-pid" in argv:
+            found.append(int(proc.name))
+    return sorted(found)
+
+def wait(predicate):
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+assert healthy()
+(first,) = services()
+os.kill(first, signal.SIGKILL)
+wait(lambda: services() not in ([], [first]) and healthy())
+(second,) = services()
+Path(record).write_text(json.dumps({"url": url, "first": first, "second": second}))
+"""
+
+
+def write_executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
+    repo_root, tmp_path
+) -> None:
+    data, model, bin_dir, temp = (tmp_path / n for n in ("data", "model", "bin", "tmp"))
+    for folder in (data, model, bin_dir, temp):
+        folder.mkdir()
+    for name in ("train.parquet", "val.parquet", "cider_df.json.gz"):
+        (data / name).write_bytes(b"")  # only checked for presence before the trainer
+    truth = data / "chair_ground_truth.json"
+    truth.write_text(json.dumps({"1": ["dog"]}))
+    (model / "config.json").write_text("{}")
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(TRAINER)
+    record = tmp_path / "record.json"
+    write_executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100'\n")
+    python = write_executable(
+        tmp_path / "python",
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f'  *" verl.trainer.main_ppo "*) exec "{sys.executable}" "{trainer}" "{truth}" "{record}" "$@" ;;\n'
+        '  *" entropyrl doctor "*) exit 0 ;;\n'
+        "esac\n"
+        f'exec "{sys.executable}" "$@"\n',
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": str(python),
+        "DATA_DIR": str(data),
+        "MODEL_PATH": str(model),
+        "TMPDIR": str(temp),
+    }
+    result = subprocess.run(
+        ["bash", str(repo_root / "examples" / "chair_mscoco.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo_root,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    seen = json.loads(record.read_text())
+    url, first, second = seen["url"], seen["first"], seen["second"]
+    assert f"CHAIR service: {url} (supervisor pid" in result.stdout
+    assert f"CHAIR service at {url} (pid {first}) was killed by SIGKILL" in result.stderr
+    assert f"CHAIR service restarted at {url} (pid {second})" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert gone(second)  # the script's exit stopped the supervisor, which stopped the service
+    assert list(temp.iterdir()) == []  # its work folder is removed
