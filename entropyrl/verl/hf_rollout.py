@@ -25,7 +25,7 @@ this replica served before it: the same data and weights give the same responses
 of one replica. Two layouts (1 rank against 2) still sample differently, as requests spread over
 several replicas by load; to train both on the same batch, record and replay it. With
 `ENTROPYRL_ROLLOUT_RECORD=FILE` every served response is appended to FILE (one JSON line: prompt
-key, step, token ids, log-probs); with `ENTROPYRL_ROLLOUT_REPLAY=FILE` nothing is sampled and each
+key, the trainer step of the weights that sampled it, token ids, log-probs); with `ENTROPYRL_ROLLOUT_REPLAY=FILE` nothing is sampled and each
 request gets the next recorded response for its prompt (prompt token ids plus image pixels), in
 recorded order. The queue of recorded responses lives in one named Ray actor that every replica
 asks, so the n requests of a prompt get the n recorded responses whichever replicas serve them.
