@@ -38,6 +38,7 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.workers.config.model", "hf_processor"),
     ("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
     ("verl.workers.rollout.replica", "RolloutReplicaRegistry"),
+    ("verl.utils.config", "validate_config"),
 )
 
 _installed = False

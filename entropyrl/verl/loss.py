@@ -2,9 +2,9 @@
 
 `per_sample_clip` (select with `actor_rollout_ref.actor.policy_loss.loss_mode=per_sample_clip`)
 is exactly verl's `vanilla` unless a per-sample epsilon_high is visible through
-`entropyrl.verl.inputs.per_sample_clip_high`; then the surrogate comes from
-`entropyrl.losses.ppo_clip_loss` with that [B] tensor, aggregated with verl's global
-normalisation. verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
+`entropyrl.verl.inputs.per_sample_clip_high`; then the per-token surrogate comes from
+`entropyrl.losses.ppo_clip_token_loss` with that [B] tensor and verl's own `agg_loss` aggregates
+it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
 on the actor workers with `set_loss_fn`) reads the `clip_ratio_high` field of each micro-batch,
 opens the context and delegates to verl's own `ppo_loss`: KL, entropy bonus and metrics stay
 verl's.
@@ -16,61 +16,20 @@ import os
 from typing import Any
 
 import torch
-from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, register_policy_loss
+from verl.trainer.ppo.core_algos import (
+    agg_loss,
+    compute_policy_loss_vanilla,
+    register_policy_loss,
+)
 
-from entropyrl.losses import ppo_clip_loss
+from entropyrl.losses import ppo_clip_token_loss
+from entropyrl.specs import PpoClipSpec
 from entropyrl.verl import trace
 from entropyrl.verl.inputs import current_clip_high, per_sample_clip_high
 from entropyrl.verl.rank_metrics import global_batch_metrics
 
 LOSS_NAME = "per_sample_clip"
 CLIP_FIELD = "clip_ratio_high"
-
-
-def verl_normalisation(
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    *,
-    dp_size: int = 1,
-    batch_num_tokens: int | torch.Tensor | None = None,
-    global_batch_size: int | torch.Tensor | None = None,
-    loss_scale_factor: float | None = None,
-) -> torch.Tensor:
-    """Factor turning a micro-batch-local aggregate into verl's `agg_loss` value (scalar).
-
-    Our core aggregates over the micro-batch it is given (token-mean: / local tokens,
-    seq-mean-*: / local sequences; token-sum is taken as token-mean * local tokens); verl
-    divides by the global mini-batch's tokens or sequences and multiplies by dp_size so
-    gradients do not depend on how the mini-batch is split. Both are linear in the per-token
-    losses, so a scalar factor maps one to the other.
-    """
-    mask = response_mask.bool()
-    if loss_agg_mode == "token-mean":
-        local = mask.sum()
-        denominator = local if batch_num_tokens is None else batch_num_tokens
-        return local.to(torch.float32) / torch.as_tensor(denominator, dtype=torch.float32) * dp_size
-    if loss_agg_mode == "token-sum":
-        return mask.sum().to(torch.float32) * dp_size
-    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean"):
-        local = mask.any(dim=-1).sum()
-        denominator = local if global_batch_size is None else global_batch_size
-        factor = (
-            local.to(torch.float32) / torch.as_tensor(denominator, dtype=torch.float32) * dp_size
-        )
-        if loss_agg_mode == "seq-mean-token-sum-norm":
-            scale = mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
-            factor = factor / scale
-        return factor
-    raise ValueError(f"loss_agg_mode {loss_agg_mode!r} is not supported by {LOSS_NAME}")
-
-
-_CORE_AGG = {
-    "token-mean": "token-mean",
-    "token-sum": "token-mean",
-    "seq-mean-token-sum": "seq-mean-token-sum",
-    "seq-mean-token-sum-norm": "seq-mean-token-sum",
-    "seq-mean-token-mean": "seq-mean-token-mean",
-}
 
 
 def _float(config: Any, name: str, default: float) -> float:
@@ -110,36 +69,25 @@ def compute_policy_loss_per_sample_clip(
         raise ValueError(
             f"{CLIP_FIELD} has {clip_high.shape[0]} rows but the micro-batch has {batch_size}"
         )
-    clip_ratio = _float(config, "clip_ratio", 0.2)
-    clip_low = _float(config, "clip_ratio_low", clip_ratio)
-    clip_c = _float(config, "clip_ratio_c", 3.0)
-    # verl clamps the log-ratio to [-20, 20] before exponentiating; keep that for parity.
-    log_prob = old_log_prob + torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
-    if rollout_is_weights is not None:
-        # The surrogate is positively homogeneous in A per token, so w * loss(A) = loss(w * A)
-        # for IS weights w >= 0.
-        advantages = advantages * rollout_is_weights
-    if loss_agg_mode not in _CORE_AGG:
-        raise ValueError(f"loss_agg_mode {loss_agg_mode!r} is not supported by {LOSS_NAME}")
-    loss, core_metrics = ppo_clip_loss(
+    clip_ratio = _float(config, "clip_ratio", PpoClipSpec.clip_low)
+    token_loss, core_metrics = ppo_clip_token_loss(
         log_prob,
         old_log_prob,
         advantages,
         response_mask,
-        clip_low=clip_low,
+        clip_low=_float(config, "clip_ratio_low", clip_ratio),
         clip_high=clip_high,
-        clip_c=clip_c,
-        agg=_CORE_AGG[loss_agg_mode],
+        clip_c=_float(config, "clip_ratio_c", PpoClipSpec.clip_c),
     )
-    batch_info = dict(getattr(config, "global_batch_info", None) or {})
-    loss = loss * verl_normalisation(
-        response_mask,
-        loss_agg_mode,
-        dp_size=int(batch_info.get("dp_size", 1) or 1),
-        batch_num_tokens=batch_info.get("batch_num_tokens"),
-        global_batch_size=batch_info.get("global_batch_size"),
-        loss_scale_factor=batch_info.get("loss_scale_factor"),
-    ).to(loss.device)
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights  # as verl's vanilla loss applies them
+    # verl's own aggregation: global token / sequence counts and dp scaling, any agg mode.
+    loss = agg_loss(
+        loss_mat=token_loss,
+        loss_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        **dict(getattr(config, "global_batch_info", None) or {}),
+    )
     metrics = {
         # verl's names, so dashboards compare runs with and without the per-sample bound.
         "actor/pg_clipfrac": core_metrics["clip/frac_high"] + core_metrics["clip/frac_low"],

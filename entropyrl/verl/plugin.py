@@ -21,7 +21,7 @@ import sys
 from entropyrl.verl import cpu_platform
 
 # isort: split
-from entropyrl.verl import cpu_backend
+from entropyrl.verl import cpu_backend, validation
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still
@@ -40,6 +40,7 @@ _MODULES = {
 if cpu_platform.cpu_selected():
     cpu_backend.install()
 cpu_backend.register_hf_rollout()
+validation.install()
 
 
 def _importing(module_name: str) -> bool:

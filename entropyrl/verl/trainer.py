@@ -25,6 +25,8 @@ from tensordict import TensorDict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from entropyrl.entropy import think_tag_ids
+from entropyrl.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import trace
 from entropyrl.verl.estimators import ESTIMATORS
 from entropyrl.verl.hooks import (
@@ -32,8 +34,6 @@ from entropyrl.verl.hooks import (
     chair_from_extra_fields,
     chair_status_metrics,
     clip_ratio_high_from_chair,
-    clip_schedule_enabled,
-    think_tag_ids,
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
@@ -102,10 +102,20 @@ class EntropyPPOTrainer(PPOTrainerSync):
         del value
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        # Misspelt or out-of-range algorithm settings stop the run here, before any worker.
+        self._specs = algorithm_specs(config.algorithm)
         super().__init__(config, *args, **kwargs)
         path = os.environ.get(RESOLVED_CONFIG_ENV)
         if path:
             write_resolved_config(config, Path(path))
+
+    @property
+    def specs(self) -> AlgorithmSpecs:
+        """The algorithm sections of this run's config (`entropyrl.specs`), parsed once."""
+        specs = self.__dict__.get("_specs")
+        if specs is None:
+            specs = self._specs = algorithm_specs(self.config.algorithm)
+        return specs
 
     def think_ids(self) -> tuple[list[int], list[int]]:
         if self._think_ids is None:
@@ -116,7 +126,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         super().on_init_end()
         actor = self.config.actor_rollout_ref.actor
         loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
-        if clip_schedule_enabled(self.config.algorithm) and loss_mode != LOSS_NAME:
+        if self.specs.clip_schedule.enable and loss_mode != LOSS_NAME:
             raise ValueError(
                 "algorithm.clip_schedule.enable=true needs "
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={LOSS_NAME} (got {loss_mode!r})"
@@ -132,7 +142,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         algorithm = self.config.algorithm
         wants_entropy = algorithm.adv_estimator in ESTIMATORS
-        wants_clip = clip_schedule_enabled(algorithm)
+        wants_clip = self.specs.clip_schedule.enable
         if not wants_entropy and not wants_clip:
             return super()._compute_advantage(batch, metrics)
         tensors, extra_fields = fetch_step_fields(batch)
@@ -147,7 +157,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
                 entropy=tensors["entropy"],
                 old_log_probs=tensors["old_log_probs"],
                 ref_log_prob=tensors["ref_log_prob"],
-                algorithm=algorithm,
+                spec=self.specs.entropy,
                 think_ids=self.think_ids(),
             )
             with advantage_inputs(inputs):
@@ -156,7 +166,9 @@ class EntropyPPOTrainer(PPOTrainerSync):
         else:
             batch = super()._compute_advantage(batch, metrics)
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
-        clip_high, clip_metrics = clip_ratio_high_from_chair(chair_i, algorithm, valid)
+        clip_high, clip_metrics = clip_ratio_high_from_chair(
+            chair_i, self.specs.clip_schedule, valid
+        )
         metrics.update(clip_metrics)
         metrics.update(chair_status_metrics(extra_fields, valid))
         if trace.trace_dir() is not None:

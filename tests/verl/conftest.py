@@ -28,7 +28,12 @@ def compose():
 
 @pytest.fixture(scope="session")
 def chair_config():
-    return compose_config("chair_mscoco")
+    """The composed recipe with interpolations resolved, as verl's TaskRunner hands it on."""
+    from omegaconf import OmegaConf
+
+    config = compose_config("chair_mscoco")
+    OmegaConf.resolve(config)
+    return config
 
 
 @pytest.fixture(scope="session")

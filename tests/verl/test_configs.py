@@ -14,15 +14,13 @@ import verl
 from omegaconf import OmegaConf
 
 import entropyrl.verl.plugin  # noqa: F401
+from entropyrl.specs import SPEC_CLASSES, ClipScheduleSpec, EgpoBonusSpec, algorithm_specs
 from entropyrl.verl.trainer import EntropyPPOTrainer
 
 CONFIG_NAMES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling")
 # Keys verl does not define: read by our estimators, trainer and reward functions.
 OUR_PREFIXES = (
-    "algorithm.egpo_lambda",
-    "algorithm.egpo_alpha",
-    "algorithm.egpo.",
-    "algorithm.clip_schedule.",
+    *(f"algorithm.{spec.SECTION}." for spec in SPEC_CLASSES),
     "reward.custom_reward_function.reward_kwargs.",
 )
 
@@ -121,7 +119,9 @@ def test_egpo_and_grpo_differ_only_in_the_estimator(compose):
     assert egpo["actor_rollout_ref.actor.kl_loss_coef"] == 1e-3
     assert egpo["data.max_response_length"] == 8192
     assert egpo["trainer.total_epochs"] == 5
-    assert (egpo["algorithm.egpo_lambda"], egpo["algorithm.egpo_alpha"]) == (0.4, 2.0)
+    # The paper's lambda and alpha, which are also the spec's defaults.
+    assert (egpo["algorithm.egpo_bonus.lam"], egpo["algorithm.egpo_bonus.alpha"]) == (0.4, 2.0)
+    assert (EgpoBonusSpec.lam, EgpoBonusSpec.alpha) == (0.4, 2.0)
 
 
 def test_overrides_pass_through(compose):
@@ -136,3 +136,56 @@ def test_overrides_pass_through(compose):
     assert cfg.trainer.total_epochs == 1
     assert cfg.algorithm.adv_estimator == "egpo_ratio"
     assert cfg.reward.custom_reward_function.reward_kwargs.chair_url == "http://127.0.0.1:5000"
+
+
+@pytest.mark.parametrize("name", [*CONFIG_NAMES, "egpo_ratio_mixed"])
+def test_algorithm_sections_parse_without_deprecated_keys(name, compose):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a recipe using a deprecated key fails here
+        algorithm_specs(compose(name).algorithm)
+
+
+def test_chair_recipe_agrees_with_the_spec_and_the_actor(compose):
+    cfg = compose("chair_mscoco")
+    specs = algorithm_specs(cfg.algorithm)
+    # The recipe's bounds are the EntropyRL values, which are also the spec defaults.
+    expected = ClipScheduleSpec(enable=True)
+    assert specs.clip_schedule == expected
+    # Samples without a bound use the actor's eps_high: the schedule's neutral (low) value,
+    # written once (an interpolation) so the two cannot disagree.
+    assert cfg.actor_rollout_ref.actor.clip_ratio_high == specs.clip_schedule.low
+    overridden = compose("chair_mscoco", ["algorithm.clip_schedule.low=0.25"])
+    assert overridden.actor_rollout_ref.actor.clip_ratio_high == 0.25
+
+
+def test_misspelt_key_fails_in_the_driver_before_ray(tmp_path, repo_root):
+    """verl's main_ppo validates before `ray.init`; a misspelt key stops it there."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["RAY_ADDRESS"] = "127.0.0.1:1"  # nothing to connect to: reaching Ray would hang or fail
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            "--config-path",
+            str(repo_root / "configs"),
+            "--config-name",
+            "chair_mscoco",
+            "+algorithm.clip_schedule.treshold=0.1",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "algorithm.clip_schedule: unknown key 'treshold'" in result.stderr
+    assert "accepted: enable, rule, low, high, threshold" in result.stderr
+    assert "ray init kwargs" not in result.stdout

@@ -23,9 +23,8 @@ ALGORITHM = OmegaConf.create(
     {
         "adv_estimator": "egpo",
         "norm_adv_by_std_in_grpo": True,
-        "egpo_lambda": 0.4,
-        "egpo_alpha": 2.0,
-        "egpo": {"lambda_min": 0.5, "lambda_max": 2.0, "entropy_epsilon": 1e-6},
+        "egpo_bonus": {"lam": 0.4, "alpha": 2.0},
+        "egpo_ratio": {"lambda_min": 0.5, "lambda_max": 2.0, "entropy_epsilon": 1e-6},
         "entropy_adv": {"alpha": 0.4, "kappa": 2.0},
         "maxent": {"tau": 0.7, "beta": 0.2, "source": "rewards", "temperature": 1.0},
     }
@@ -138,7 +137,7 @@ def test_maxent_equals_core_and_needs_reference():
         scores, (ref * mask).sum(-1), int_groups(uid), tau=0.7, beta=0.2, source="rewards"
     )
     torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
-    with pytest.raises(ValueError, match="ref_log_prob"):
+    with pytest.raises(ValueError, match="reference policy"):
         through_verl("maxent_grpo", rewards, mask, uid, AdvantageInputs())
 
 
@@ -164,3 +163,25 @@ def test_permuting_the_batch_permutes_the_advantages():
         AdvantageInputs(token_entropy=entropy[perm]),
     )
     torch.testing.assert_close(adv_p, adv[perm])
+
+
+def test_deprecated_keys_still_work_with_a_warning():
+    rewards, mask, uid, scores, entropy, _ = make_batch(8)
+    old = OmegaConf.create(
+        {"adv_estimator": "egpo", "egpo_lambda": 0.3, "egpo_alpha": 1.5, "egpo": {}}
+    )
+    with pytest.warns(FutureWarning, match="egpo_bonus.lam"):
+        adv, _ = through_verl(
+            "egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), old
+        )
+    expected, _ = core.egpo_bonus_advantage(
+        scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.3, alpha=1.5
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+
+
+def test_misspelt_key_is_refused_naming_it():
+    rewards, mask, uid, _, entropy, _ = make_batch(9)
+    bad = OmegaConf.create({"adv_estimator": "egpo", "egpo_bonus": {"lamda": 0.3}})
+    with pytest.raises(ValueError, match=r"'lamda'.*accepted: lam, alpha"):
+        through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), bad)

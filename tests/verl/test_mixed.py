@@ -59,8 +59,8 @@ def test_config_composes_and_validates(compose):
 def test_recipe_values(compose):
     cfg = compose(CONFIG)
     assert cfg.algorithm.adv_estimator == "egpo_ratio"
-    egpo = cfg.algorithm.egpo
-    assert (egpo.entropy_mode, egpo.lambda_min, egpo.lambda_max) == ("answer", 0.5, 2.0)
+    ratio = cfg.algorithm.egpo_ratio
+    assert (cfg.algorithm.entropy.mode, ratio.lambda_min, ratio.lambda_max) == ("answer", 0.5, 2.0)
     reward = cfg.reward.custom_reward_function
     assert (reward.path, reward.name) == ("pkg://entropyrl.rewards.hybrid", "compute_score")
     assert reward.reward_kwargs.code_backend == "local"

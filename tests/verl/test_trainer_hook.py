@@ -19,12 +19,13 @@ from transfer_queue import KVBatchMeta
 import entropyrl.verl.plugin  # noqa: F401
 from entropyrl import advantages as core
 from entropyrl.clip_schedules import clip_high_from_hallucination
+from entropyrl.entropy import think_tag_ids
+from entropyrl.specs import ClipScheduleSpec, EntropySpec, algorithm_specs
 from entropyrl.verl import trainer as trainer_module
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
     chair_from_extra_fields,
     clip_ratio_high_from_chair,
-    think_tag_ids,
 )
 from entropyrl.verl.loss import CLIP_FIELD
 
@@ -99,7 +100,7 @@ def fill_store(store: FakeTransferQueue, tokenizer, *, entropy: bool, chair: boo
         rm[-1] = SCORES[i]
         info = {"score": SCORES[i]}
         if chair and CHAIR[i] is not None:
-            info.update({"chair_i": CHAIR[i], "chair_ok": not math.isnan(CHAIR[i])})
+            info.update({"chair_i": CHAIR[i], "chair_fallback": math.isnan(CHAIR[i])})
         row = {
             "uid": UIDS[i],
             "responses": ids,
@@ -152,7 +153,7 @@ def test_hook_with_entropy_and_chair(monkeypatch, compose, tokenizer):
         compose,
         tokenizer,
         store,
-        ["algorithm.adv_estimator=egpo", "algorithm.egpo.entropy_mode=answer"],
+        ["algorithm.adv_estimator=egpo", "algorithm.entropy.mode=answer"],
     )
     metrics: dict = {}
     out = trainer._compute_advantage(meta, metrics)
@@ -217,7 +218,6 @@ def test_hook_is_verl_when_nothing_is_ours(monkeypatch, compose, tokenizer):
 
 
 def test_build_inputs_segments_and_sources():
-    algorithm = OmegaConf.create({"egpo": {"entropy_mode": "thinking", "entropy_source": "nll"}})
     responses = torch.tensor([[7, 1, 2, 8, 3, 0], [1, 2, 3, 4, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
     old = -torch.arange(12, dtype=torch.float32).reshape(2, 6) / 10
@@ -227,29 +227,21 @@ def test_build_inputs_segments_and_sources():
         entropy=None,
         old_log_probs=old,
         ref_log_prob=None,
-        algorithm=algorithm,
+        spec=EntropySpec(mode="thinking", source="nll"),
         think_ids=([7], [8]),
     )
     torch.testing.assert_close(inputs.token_entropy, -old)
     assert inputs.segment_mask[0].tolist() == [False, True, True, False, False, False]
     assert inputs.segment_mask[1].tolist() == [True, True, True, True, False, False]  # fallback
     assert inputs.metrics["egpo/segment/fallback"] == 1
-    with pytest.raises(ValueError, match="entropy_source"):
-        build_advantage_inputs(
-            response_mask=mask,
-            responses=responses,
-            entropy=None,
-            old_log_probs=old,
-            ref_log_prob=None,
-            algorithm=OmegaConf.create({"egpo": {"entropy_source": "logprob"}}),
-            think_ids=([7], [8]),
-        )
+    with pytest.raises(ValueError, match=r"entropy\.source"):
+        algorithm_specs({"entropy": {"source": "logprob"}})
 
 
 def test_chair_from_extra_fields_shapes():
     rows = [
-        NonTensorData({"reward_extra_info": {"chair_i": 0.2, "chair_ok": True}}),
-        {"reward_extra_info": {"chair_i": 0.9, "chair_ok": False}},
+        NonTensorData({"reward_extra_info": {"chair_i": 0.2, "chair_fallback": False}}),
+        {"reward_extra_info": {"chair_i": float("nan"), "chair_fallback": True}},
         {"reward_extra_info": {"chair_i": "bad"}},
         {},
         None,
@@ -265,17 +257,10 @@ def test_chair_from_extra_fields_shapes():
 
 
 def test_clip_schedule_disabled_and_configured():
-    off = OmegaConf.create({"clip_schedule": {"enable": False}})
+    off = ClipScheduleSpec(enable=False)
     assert clip_ratio_high_from_chair(torch.tensor([0.0]), off) == (None, {})
-    flipped = OmegaConf.create(
-        {
-            "clip_schedule": {
-                "enable": True,
-                "direction": "hallucinated_low",
-                "low": 0.2,
-                "high": 0.4,
-            }
-        }
+    flipped = ClipScheduleSpec.from_mapping(
+        OmegaConf.create({"enable": True, "direction": "hallucinated_low", "low": 0.2, "high": 0.4})
     )
     clip, metrics = clip_ratio_high_from_chair(torch.tensor([0.0, 0.5, float("nan")]), flipped)
     expected = clip_high_from_hallucination(

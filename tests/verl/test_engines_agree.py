@@ -1,0 +1,112 @@
+"""Both engines give the same advantages and clip bounds for the same spec and inputs.
+
+verl path: the trainer's input builder (`hooks.build_advantage_inputs`) and verl's own
+`compute_advantage` calling our registered estimator; local path: `local.rl.compute_advantages`
+and `clip_schedules.per_sample_clip_high` as `rl_step` calls them. One spec, parsed once from a
+verl-style `algorithm` mapping, drives both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
+from entropyrl.algorithms import ESTIMATORS
+from entropyrl.clip_schedules import per_sample_clip_high
+from entropyrl.local.rl import RLSettings, compute_advantages
+from entropyrl.specs import PpoClipSpec, algorithm_specs
+from entropyrl.verl.hooks import build_advantage_inputs, clip_ratio_high_from_chair
+from entropyrl.verl.inputs import advantage_inputs
+
+THINK = ([90], [91])  # token ids of <think> and </think> in these hand-built responses
+ALGORITHM = {
+    "norm_adv_by_std_in_grpo": True,
+    "entropy": {"mode": "answer", "source": "logits"},
+    "egpo_bonus": {"lam": 0.3, "alpha": 1.5},
+    "egpo_ratio": {"lambda_min": 0.6, "lambda_max": 1.8},
+    "entropy_adv": {"alpha": 0.5, "kappa": 3.0},
+    "maxent": {"tau": 0.8, "beta": 0.2, "source": "ranks"},
+    "clip_schedule": {"enable": True, "rule": "sigmoid", "low": 0.25, "high": 0.45},
+}
+
+
+def batch(seed: int, groups: int = 3, per_group: int = 4, width: int = 8):
+    gen = torch.Generator().manual_seed(seed)
+    n = groups * per_group
+    lengths = torch.randint(2, width + 1, (n,), generator=gen)
+    mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    responses = torch.randint(0, 80, (n, width), generator=gen) * mask
+    responses[::2, 1] = THINK[1][0]  # half the responses close a thinking segment at token 1
+    scores = torch.randint(0, 4, (n,), generator=gen).float() / 3
+    rewards = torch.zeros(n, width)
+    rewards[torch.arange(n), lengths - 1] = scores
+    group = torch.tensor([(i * 5) % groups for i in range(n)])
+    entropy = torch.rand(n, width, generator=gen) * 2 * mask
+    ref = -torch.rand(n, width, generator=gen) * mask
+    chair = torch.rand(n, generator=gen) * 0.4
+    chair[3] = float("nan")
+    return responses, mask, rewards, scores, group, entropy, ref, chair
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_same_advantages(name, seed):
+    responses, mask, rewards, scores, group, entropy, ref, _ = batch(seed)
+    algorithm = OmegaConf.create({**ALGORITHM, "adv_estimator": name})
+    specs = algorithm_specs(algorithm)
+
+    inputs = build_advantage_inputs(
+        response_mask=mask,
+        responses=responses,
+        entropy=entropy,
+        old_log_probs=None,
+        ref_log_prob=ref,
+        spec=specs.entropy,
+        think_ids=THINK,
+    )
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask.float()},
+        non_tensors={"uid": np.array([f"p{g}" for g in group.tolist()], dtype=object)},
+    )
+    with advantage_inputs(inputs):
+        verl_adv = compute_advantage(data, adv_estimator=name, config=algorithm).batch["advantages"]
+
+    settings = RLSettings(
+        adv=name,
+        specs=specs,
+        ppo=PpoClipSpec(),
+        samples_per_prompt=4,
+        temperature=1.0,
+        max_new_tokens=8,
+        num_minibatches=2,
+        ppo_epochs=1,
+        kl_coef=0.0,
+        max_grad_norm=1.0,
+        think_ids=THINK,
+    )
+    local = compute_advantages(
+        settings,
+        scores,
+        group,
+        entropy,
+        mask,
+        responses=responses,
+        ref_seq_log_prob=(ref * mask).sum(-1),
+    )
+    # verl's grpo is its own implementation (float32 std); ours agrees to float32 rounding.
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if name == "grpo" else {"atol": 0, "rtol": 0}
+    torch.testing.assert_close(verl_adv, local.token.float(), **tolerance)
+
+
+def test_same_clip_bounds():
+    *_, chair = batch(3)
+    spec = algorithm_specs(ALGORITHM).clip_schedule
+    verl_bounds, _ = clip_ratio_high_from_chair(chair, spec)
+    local_bounds = per_sample_clip_high(chair, spec, PpoClipSpec().clip_high, len(chair))
+    torch.testing.assert_close(verl_bounds, local_bounds, atol=0, rtol=0)
+    assert verl_bounds[3] == pytest.approx(0.25)  # no CHAIR score: the neutral (low) bound
