@@ -1,7 +1,8 @@
 # Shared helpers for the verl launch scripts (sourced, not run).
 #
-# Every script accepts `--dry-run` (or DRY_RUN=1): prerequisite failures become notes and each
-# command is printed, shell-quoted, instead of run. `--smoke [--out DIR] [--ranks N]` runs the
+# Every script accepts `--dry-run` (or DRY_RUN=1): prerequisite failures become notes, each
+# command is printed, shell-quoted, instead of run, and the resources it would take (nodes x
+# GPUs per node, from the overrides, N_GPUS or nvidia-smi) are noted on stderr. `--smoke [--out DIR] [--ranks N]` runs the
 # same verl trainer on this machine's CPU with a tiny model and generated data
 # (entropyrl.verl.smoke prepares them, then checks DIR/metrics.jsonl). Remaining arguments are
 # Hydra overrides passed through to verl.
@@ -120,21 +121,85 @@ er_run() {
   fi
 }
 
-# At least one NVIDIA GPU visible; sets ER_N_GPUS (N_GPUS overrides the count).
+# At least one NVIDIA GPU visible. Sets ER_GPUS_HERE (what nvidia-smi lists; 0 without it),
+# ER_N_GPUS (GPUs per node: N_GPUS, else ER_GPUS_HERE) and ER_N_GPUS_FROM (where that came from).
 er_require_gpu() {
-  ER_N_GPUS="${N_GPUS:-}"
+  ER_GPUS_HERE=0
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    ER_GPUS_HERE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true)"
+    ER_GPUS_HERE="${ER_GPUS_HERE:-0}"
+    ER_GPUS_SEEN="nvidia-smi lists $ER_GPUS_HERE"
+  else
+    ER_GPUS_SEEN="nvidia-smi not found"
+  fi
+  if [ -n "${N_GPUS:-}" ]; then
+    ER_N_GPUS="$N_GPUS"
+    ER_N_GPUS_FROM="N_GPUS=$N_GPUS"
+  else
+    ER_N_GPUS="$ER_GPUS_HERE"
+    ER_N_GPUS_FROM="the GPUs this machine shows ($ER_GPUS_SEEN)"
+  fi
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     er_fail "nvidia-smi not found: verl training needs NVIDIA GPUs (and vLLM: pip install 'verl[vllm]==0.9.1')"
-    ER_N_GPUS="${ER_N_GPUS:-8}"
+  elif [ "$ER_GPUS_HERE" -lt 1 ]; then
+    er_fail "nvidia-smi lists no GPU"
+  fi
+}
+
+# The value of the last KEY=VALUE (or +KEY=, ++KEY=) among the arguments, as Hydra applies
+# them (the last one wins); empty when none sets KEY. er_override_value KEY ARGS...
+er_override_value() {
+  local key="$1" value="" arg
+  shift
+  for arg in "$@"; do
+    case "$arg" in
+      "$key="* | "+$key="* | "++$key="*) value="${arg#*=}" ;;
+    esac
+  done
+  printf '%s' "$value"
+}
+
+# Dry run: say plainly that this machine has no GPU for WHAT, then HINT (default: the CPU
+# alternatives). er_note_no_gpu WHAT [HINT]
+er_note_no_gpu() {
+  local hint="${2-$ER_QUICKSTART}"
+  echo "# dry-run: no GPU on this machine (${ER_GPUS_SEEN:-nvidia-smi not run}): $1 needs NVIDIA GPUs and would stop at once here.${hint:+ $hint}" >&2
+}
+
+# Dry run: the resources a training command would take (nodes x GPUs per node, each with where
+# it comes from: an override, N_GPUS, nvidia-smi) and, plainly, when this machine has no GPU.
+# Lines on stderr, so stdout stays the commands. er_report_resources COMMAND...
+er_report_resources() {
+  er_dry_run || return 0
+  if er_smoke; then
+    echo "# dry-run: resources: $ER_RANKS rank(s) on this machine's CPU (smoke run: no GPU needed)" >&2
     return 0
   fi
-  local count
-  count="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true)"
-  if [ "${count:-0}" -lt 1 ]; then
-    er_fail "nvidia-smi lists no GPU"
-    count=8
+  local nodes nodes_from per_node per_node_from asked total here="${ER_GPUS_HERE:-0}"
+  nodes="$(er_override_value trainer.nnodes "$@")"
+  nodes_from="trainer.nnodes=$nodes"
+  if [ -z "$nodes" ]; then
+    nodes=1
+    nodes_from="the config's trainer.nnodes"
   fi
-  ER_N_GPUS="${ER_N_GPUS:-$count}"
+  per_node="$(er_override_value trainer.n_gpus_per_node "$@")"
+  asked="$(er_override_value trainer.n_gpus_per_node "${ER_ARGS[@]}")"
+  if [ -n "$asked" ]; then
+    per_node_from="trainer.n_gpus_per_node=$asked"
+  else
+    per_node_from="${ER_N_GPUS_FROM:-the config}"
+  fi
+  total="?"
+  case "$nodes$per_node" in
+    '' | *[!0-9]*) ;;
+    *) total=$((nodes * per_node)) ;;
+  esac
+  echo "# dry-run: resources: $nodes node(s) x ${per_node:-?} GPU(s) per node = $total GPU(s) (nodes: $nodes_from; GPUs per node: $per_node_from)" >&2
+  if [ "$here" -lt 1 ]; then
+    er_note_no_gpu "the training command"
+  elif [ -n "$per_node" ] && [ "$per_node" -eq "$per_node" ] 2>/dev/null && [ "$per_node" -gt "$here" ]; then
+    echo "# dry-run: this machine shows $here GPU(s), fewer than the $per_node per node asked for" >&2
+  fi
 }
 
 # A file that must exist: er_require_file PATH "what it is and how to make it".
@@ -167,7 +232,8 @@ er_require_plugin() {
 }
 
 # The training command: verl's own entry point with one of our configs and the overrides
-# (the smoke's overrides, when --smoke, come before the caller's).
+# (the smoke's overrides, when --smoke, come before the caller's); a dry run also says the
+# resources it would take.
 er_train_cmd() {
   local config="$1"
   shift
@@ -176,6 +242,7 @@ er_train_cmd() {
     ER_CMD+=("${ER_SMOKE_OVERRIDES[@]}")
   fi
   ER_CMD+=("$@")
+  er_report_resources "${ER_CMD[@]}"
 }
 
 # Function-calling training (EGPO or GRPO): er_fc_main CONFIG "$@".

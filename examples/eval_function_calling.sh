@@ -36,6 +36,10 @@ BFCL_CHECK="${BFCL_CHECK:-auto}"
 
 er_require_gpu
 er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
+if er_dry_run; then
+  echo "# dry-run: resources: generation on TP=$TP GPU(s), one model at a time ($ER_GPUS_SEEN)" >&2
+  [ "$ER_GPUS_HERE" -ge 1 ] || er_note_no_gpu "generation" ""
+fi
 
 # Evaluation sets: the held-out split, then each BFCL category.
 eval_sets=("test=$DATA_DIR/test.parquet")
