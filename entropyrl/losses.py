@@ -7,7 +7,7 @@ from torch import Tensor
 
 from entropyrl.specs import PpoClipSpec
 
-__all__ = ["AGG_MODES", "aggregate", "ppo_clip_loss", "ppo_clip_token_loss"]
+__all__ = ["AGG_MODES", "aggregate", "ppo_clip_loss", "ppo_clip_masks", "ppo_clip_token_loss"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
@@ -103,20 +103,7 @@ def ppo_clip_token_loss(
         ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's ``pg_clipfrac_lower``),
         ``clip/high_mean`` (mean eps_high over samples with a valid token), ``ppo_kl``.
     """
-    if log_prob.dim() != 2:
-        raise ValueError(f"log_prob must be [B, T], got shape {tuple(log_prob.shape)}")
-    for name, t in (("old_log_prob", old_log_prob), ("mask", mask)):
-        if t.shape != log_prob.shape:
-            raise ValueError(f"{name} shape {tuple(t.shape)} != log_prob {tuple(log_prob.shape)}")
-    bsz = log_prob.shape[0]
-    if advantages.dim() == 1 and advantages.shape[0] == bsz:
-        advantages = advantages.unsqueeze(-1)
-    elif advantages.shape != log_prob.shape:
-        raise ValueError(f"advantages must be [B] or [B, T], got shape {tuple(advantages.shape)}")
-    if isinstance(clip_low, Tensor):
-        raise ValueError("clip_low must be a float (only clip_high may vary per sample)")
-    _check_bound(clip_low, "clip_low", bsz)
-    _check_bound(clip_high, "clip_high", bsz)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask, clip_low, clip_high)
     if clip_c is not None and not clip_c > 1.0:
         raise ValueError(f"clip_c must be > 1 for dual-clip PPO (or None), got {clip_c}")
 
@@ -126,18 +113,8 @@ def ppo_clip_token_loss(
     n_tok = m.sum().clamp_min(1.0)
     adv = advantages.to(dtype)
 
-    neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
-    ratio = torch.exp(neg_kl)
+    neg_kl, ratio, clipped = _ratio_and_clipped(log_prob, old_log_prob, clip_low, clip_high)
     ppo_kl = torch.where(keep, -neg_kl, 0.0).sum() / n_tok
-
-    if isinstance(clip_high, Tensor):
-        # 1 + eps in float64, then rounded once: the same bound a float clip_high gives.
-        upper = (1.0 + clip_high.to(device=log_prob.device, dtype=torch.float64)).to(dtype)
-        upper = upper.unsqueeze(-1)
-        # A tensor bound needs minimum/maximum: torch.clamp cannot mix a float and a tensor.
-        clipped = torch.minimum(torch.clamp(ratio, min=1.0 - clip_low), upper)
-    else:
-        clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg1 = -adv * ratio
     pg2 = -adv * clipped
     loss1 = torch.maximum(pg1, pg2)
@@ -172,3 +149,77 @@ def ppo_clip_token_loss(
     ).tolist()
     names = ("clip/frac_high", "clip/frac_low", "clip/frac_dual", "clip/high_mean", "ppo_kl")
     return token_loss, dict(zip(names, stats))
+
+
+def ppo_clip_masks(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = PpoClipSpec.clip_low,
+    clip_high: float | Tensor = PpoClipSpec.clip_high,
+) -> tuple[Tensor, Tensor]:
+    """Which tokens the clipped surrogate cuts off, per token, for statistics per sample.
+
+    The same tokens `ppo_clip_token_loss` counts in ``clip/frac_high`` (ratio above
+    1 + eps_high with A > 0) and ``clip/frac_low`` (ratio below 1 - eps_low with A < 0), with
+    the same arithmetic, so that a caller can split those fractions by groups of samples
+    (e.g. hallucinating vs clean captions); the batch fractions are ``mask.sum() / tokens``.
+
+    Args: as `ppo_clip_token_loss` (no gradient is needed; inputs are detached).
+
+    Returns:
+        (high BoolTensor[B, T], low BoolTensor[B, T]), False on masked positions.
+    """
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask, clip_low, clip_high)
+    with torch.no_grad():
+        adv = advantages.detach().to(log_prob.dtype)
+        _, ratio, clipped = _ratio_and_clipped(
+            log_prob.detach(), old_log_prob.detach(), clip_low, clip_high
+        )
+        # Clipped exactly where the loss takes the clipped branch: -A * clipped > -A * ratio.
+        was_clipped = torch.gt(-adv * clipped, -adv * ratio) & mask.bool()
+        return was_clipped & (adv > 0), was_clipped & (adv < 0)
+
+
+def _checked_advantages(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float,
+    clip_high: float | Tensor,
+) -> Tensor:
+    """Shapes and bounds checked; advantages as [B, 1] (per sample) or [B, T]."""
+    if log_prob.dim() != 2:
+        raise ValueError(f"log_prob must be [B, T], got shape {tuple(log_prob.shape)}")
+    for name, t in (("old_log_prob", old_log_prob), ("mask", mask)):
+        if t.shape != log_prob.shape:
+            raise ValueError(f"{name} shape {tuple(t.shape)} != log_prob {tuple(log_prob.shape)}")
+    bsz = log_prob.shape[0]
+    if advantages.dim() == 1 and advantages.shape[0] == bsz:
+        advantages = advantages.unsqueeze(-1)
+    elif advantages.shape != log_prob.shape:
+        raise ValueError(f"advantages must be [B] or [B, T], got shape {tuple(advantages.shape)}")
+    if isinstance(clip_low, Tensor):
+        raise ValueError("clip_low must be a float (only clip_high may vary per sample)")
+    _check_bound(clip_low, "clip_low", bsz)
+    _check_bound(clip_high, "clip_high", bsz)
+    return advantages
+
+
+def _ratio_and_clipped(
+    log_prob: Tensor, old_log_prob: Tensor, clip_low: float, clip_high: float | Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(clamped log-ratio, ratio, ratio clipped to [1 - eps_low, 1 + eps_high]), all [B, T]."""
+    neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(neg_kl)
+    if isinstance(clip_high, Tensor):
+        # 1 + eps in float64, then rounded once: the same bound a float clip_high gives.
+        upper = (1.0 + clip_high.to(device=log_prob.device, dtype=torch.float64)).to(ratio.dtype)
+        # A tensor bound needs minimum/maximum: torch.clamp cannot mix a float and a tensor.
+        clipped = torch.minimum(torch.clamp(ratio, min=1.0 - clip_low), upper.unsqueeze(-1))
+    else:
+        clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    return neg_kl, ratio, clipped

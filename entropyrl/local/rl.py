@@ -29,7 +29,7 @@ from entropyrl.local.policy import (
     response_log_probs,
     select_rows,
 )
-from entropyrl.losses import ppo_clip_loss
+from entropyrl.losses import ppo_clip_loss, ppo_clip_masks
 from entropyrl.specs import AlgorithmSpecs, PpoClipSpec
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "RewardOutput",
     "Task",
     "compute_advantages",
+    "hallucination_split_metrics",
     "kl_k3",
     "rl_step",
     "supervised_step",
@@ -134,6 +135,49 @@ def _mean(values: Tensor | np.ndarray) -> float:
     return float(values.mean()) if values.size else float("nan")
 
 
+def hallucination_split_metrics(
+    chair_i: np.ndarray | None,
+    entropy: Tensor,
+    mask: Tensor,
+    clipped_high: Tensor,
+    clipped_low: Tensor,
+    updates: int,
+) -> dict[str, float]:
+    """Token entropy and clip fractions of hallucinating vs clean samples of one rollout batch.
+
+    The per-sample clip bound is meant to treat the two groups differently, so the step reports
+    what each group's tokens did: a sample is hallucinated when CHAIR scored it above 0, clean
+    when it scored 0, in neither group when unscored. Per group g, over its tokens:
+    ``entropy/g`` = their mean entropy at the sampling temperature; ``clip_frac_high/g`` and
+    ``clip_frac_low/g`` = clipped tokens / (tokens x `updates`), each token being seen once per
+    PPO epoch. A group with no sample in this batch has no keys (nothing was measured).
+
+    Args:
+        chair_i: [N] CHAIR_i per sample (NaN = unscored), or None (no CHAIR at all).
+        entropy, mask: [N, T] per-token entropy and response mask.
+        clipped_high, clipped_low: [N] clipped tokens per sample, summed over every update.
+        updates: how many times each token went through the loss (the PPO epochs).
+    """
+    if chair_i is None:
+        return {}
+    scores = torch.as_tensor(np.asarray(chair_i, dtype=np.float64))
+    scored = torch.isfinite(scores)
+    tokens = mask.detach().to(torch.float64).cpu()
+    per_sample_entropy = (entropy.detach().to(torch.float64).cpu() * tokens).sum(-1)
+    per_sample_tokens = tokens.sum(-1)
+    high = clipped_high.detach().to(torch.float64).cpu()
+    low = clipped_low.detach().to(torch.float64).cpu()
+    out: dict[str, float] = {}
+    for name, rows in (("hallucinated", scored & (scores > 0)), ("clean", scored & (scores == 0))):
+        count = float(per_sample_tokens[rows].sum())
+        if count == 0:
+            continue
+        out[f"entropy/{name}"] = float(per_sample_entropy[rows].sum()) / count
+        out[f"clip_frac_high/{name}"] = float(high[rows].sum()) / (count * updates)
+        out[f"clip_frac_low/{name}"] = float(low[rows].sum()) / (count * updates)
+    return out
+
+
 def rl_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -204,6 +248,8 @@ def rl_step(
 
     total = scores.shape[0]
     losses, clip_frac_high, clip_frac_low, kls = [], [], [], []
+    clipped_high = torch.zeros(total, dtype=torch.float64)
+    clipped_low = torch.zeros(total, dtype=torch.float64)
     for _ in range(settings.ppo_epochs):
         order = torch.randperm(total, generator=generator)
         for index in torch.chunk(order, settings.num_minibatches):
@@ -225,6 +271,16 @@ def rl_step(
                 clip_c=settings.ppo.clip_c,
                 agg="token-mean",
             )
+            high, low = ppo_clip_masks(
+                log_prob,
+                old_log_prob[index_d],
+                adv[index_d],
+                mask[index_d],
+                clip_low=settings.ppo.clip_low,
+                clip_high=clip_high[index_d],
+            )
+            clipped_high.index_add_(0, index, high.sum(-1).cpu().to(torch.float64))
+            clipped_low.index_add_(0, index, low.sum(-1).cpu().to(torch.float64))
             if ref_log_prob is not None and settings.kl_coef > 0:
                 kl = masked_mean(kl_k3(log_prob, ref_log_prob[index_d]), mask[index_d], dim=None)
                 loss = loss + settings.kl_coef * kl
@@ -254,6 +310,9 @@ def rl_step(
         "seconds": time.perf_counter() - started,
         **reward.metrics,
         **adv_metrics,
+        **hallucination_split_metrics(
+            reward.chair_i, entropy, mask, clipped_high, clipped_low, settings.ppo_epochs
+        ),
     }
     if kls:
         metrics["kl"] = _mean(np.array(kls))
