@@ -287,7 +287,8 @@ class CaptionSession:
         self.processor = build_qwen2vl_processor(self.tokenizer, image_size=cfg.image_size)
         self.server = start_server(coco=self.world.root, extra_args=["--workers", "2"])
         try:
-            self.chair = ChairClient(self.server.url, timeout=30.0, retries=2)
+            # the handle, not its URL: a restart on another port is followed
+            self.chair = ChairClient(self.server, timeout=30.0, retries=2)
             self.cider = CiderD.from_references(self.world.train_references())
             self.reward = CaptionReward(
                 self.cider,
