@@ -21,6 +21,7 @@ import torch
 
 from entropyrl.entropy import think_tag_ids
 from entropyrl.local.config import DemoConfig, parse_variant
+from entropyrl.local.progress import Progress
 from entropyrl.local.rl import RLSettings, rl_step, supervised_step
 from entropyrl.specs import AlgorithmSpecs
 
@@ -78,10 +79,8 @@ def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSetti
     )
 
 
-def _progress(total: int | None, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=True)
+# An RL step's values on the progress bar/lines, in this order: what a reader looks for first.
+RL_PROGRESS = ("reward", "chair_i", "cider", "entropy", "clip_high")
 
 
 def _constant_after_ramp(step: int, ramp: int = 20) -> float:
@@ -122,7 +121,8 @@ def run_warmup(
     cpu_started = time.process_time()
     losses: list[float] = []
     step = 0
-    bar = _progress(steps, phase, progress and cfg.progress)
+    label = "warm-up" if phase == "warmup" else phase
+    bar = Progress(label, steps, enabled=progress and cfg.progress)
     while True:
         if clock == "cpu":
             elapsed = time.process_time() - cpu_started
@@ -143,10 +143,8 @@ def run_warmup(
         losses.append(loss)
         if log is not None and (step % 10 == 0):
             log.write(phase, step, {"loss": loss, "seconds": time.perf_counter() - started})
-        bar.update(1)
-        if step % 10 == 0:
-            bar.set_postfix(loss=f"{loss:.3f}")
         step += 1
+        bar.update(step, {"loss": loss})
     bar.close()
     tail = losses[-20:]
     return {
@@ -187,7 +185,12 @@ def run_rl(
     history = []
     started = time.perf_counter()
     cpu_started = time.process_time()
-    bar = _progress(cfg.steps, f"rl {variant}", progress and cfg.progress)
+    bar = Progress(
+        f"RL {variant}",
+        cfg.steps,
+        enabled=progress and cfg.progress,
+        where=f"RL step {{step}} of {variant}",
+    )
     for step in range(cfg.steps):
         items = pick(rng, cfg.prompts_per_step)
         metrics = rl_step(
@@ -204,20 +207,8 @@ def run_rl(
         history.append(metrics)
         if log is not None:
             log.write("rl", step, metrics, variant=variant)
-        bar.update(1)
-        bar.set_postfix(
-            {
-                k: f"{metrics[m]:.3f}"
-                for k, m in (
-                    ("reward", "reward"),
-                    ("cider", "cider"),
-                    ("chair_i", "chair_i"),
-                    ("entropy", "entropy"),
-                    ("clip_high", "clip_high"),
-                )
-                if m in metrics
-            }
-        )
+        shown = {k: metrics[k] for k in RL_PROGRESS if k in metrics}
+        bar.update(step + 1, {"step": step, **shown})  # step: as metrics.jsonl numbers it
     bar.close()
     return {
         "seconds": time.perf_counter() - started,
