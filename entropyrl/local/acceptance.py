@@ -152,11 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser, DemoConfig)
     parser.set_defaults(out="runs/acceptance")
     cfg = config_from_args(parser.parse_args(argv), DemoConfig)
-    from entropyrl.local.demo import _exit_on_sigterm
+    from entropyrl.local.demo import run_interruptible
 
-    _exit_on_sigterm()
-    run_acceptance(cfg)
-    return 0
+    return run_interruptible(run_acceptance, cfg)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from entropyrl.local.config import DemoConfig, add_config_arguments, config_from_args
@@ -22,8 +23,11 @@ EPILOG = """examples:
 
 def _run_demo(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, DemoConfig)
-    from entropyrl.local.demo import main
-
+    try:
+        from entropyrl.local.demo import main  # torch and transformers: seconds
+    except KeyboardInterrupt:
+        print("interrupted at start-up; nothing written", file=sys.stderr)
+        return 130
     return main(cfg)
 
 

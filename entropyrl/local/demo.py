@@ -4,20 +4,28 @@ Builds the synthetic COCO world, starts the CHAIR service on a free loopback por
 model up on the noisy captions, evaluates the held-out images, runs each RL variant from that
 same checkpoint, evaluates again, and writes `metrics.jsonl`, `curves.png`, `summary.md` and
 `summary.json` under `--out`. The service is stopped on the way out, error or not.
+
+Ctrl-C prints one line, `interrupted at <step>; partial outputs in <--out>`, and exits with 130:
+metrics.jsonl holds one whole JSON line per step logged before it, the service is stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from entropyrl.local.config import DemoConfig
+from entropyrl.local.progress import position, set_position
 from entropyrl.local.report import markdown_table, plot_curves, write_summary
 from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
 
-__all__ = ["EVAL_COLUMNS", "eval_row", "main", "run_caption_demo"]
+__all__ = ["EVAL_COLUMNS", "eval_row", "main", "run_caption_demo", "run_interruptible"]
 
 EVAL_COLUMNS = (
     ("stage", "held-out (greedy)"),
@@ -74,11 +82,13 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     log = MetricsLog(out / "metrics.jsonl")
     started = time.perf_counter()
     variants = cfg.variants()
+    set_position("setup (synthetic world, tokenizer, model, CHAIR service)")
     with CaptionSession(cfg, out / "world") as session:
         setup_seconds = time.perf_counter() - started
         warm = run_warmup(
             session.model, session.task, cfg, steps=cfg.warmup_steps, seed=cfg.seed, log=log
         )
+        set_position("the held-out evaluation after warm-up")
         before, before_records = session.evaluate()
         log.write("eval", 0, before, variant="warm-up")
         rows = [eval_row("after warm-up", before, warm["seconds"])]
@@ -88,6 +98,7 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
         for variant in variants:  # same seed, data and checkpoint for every variant
             session.restore(checkpoint)
             rl = run_rl(session.model, session.task, cfg, variant, seed=cfg.seed, log=log)
+            set_position(f"the held-out evaluation after {variant}")
             after, after_records = session.evaluate()
             log.write("eval", cfg.steps, after, variant=variant)
             rows.append(eval_row(f"after RL: {variant}", after, rl["seconds"]))
@@ -102,6 +113,8 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
             samples[variant] = after_records[:8]
         chair_stats = {**session.chair.stats, "restarts": session.server.restarts}
         server_url = session.server.url
+        set_position("stopping the CHAIR service")
+    set_position("writing summary.md and curves.png")
     total = time.perf_counter() - started
     table = markdown_table(rows, eval_columns(rows))
     summary = {
@@ -125,29 +138,62 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
 
 def _exit_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so the CHAIR service subprocess is stopped, not orphaned."""
-    import contextlib
-    import signal
-    import sys
-
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
-def main(cfg: DemoConfig) -> int:
-    """Entry point of `entropyrl demo`."""
+def _interrupt_once() -> Any:
+    """The first Ctrl-C raises KeyboardInterrupt; later ones are ignored, so the unwinding that
+    stops the CHAIR service (bounded: SIGTERM, then SIGKILL) is not cut short. Returns the
+    handler it replaced (None off the main thread, where nothing is installed)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread
+        return None
+
+
+def run_interruptible(run: Callable[[DemoConfig], Any], cfg: DemoConfig) -> int:
+    """`run(cfg)` with SIGTERM and Ctrl-C handled: 0 when it returns; on Ctrl-C, once the
+    `with` blocks have stopped the service, one line on stderr and 130 (128 + SIGINT)."""
     _exit_on_sigterm()
+    previous = _interrupt_once()
+    set_position("setup")
+    try:
+        run(cfg)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted at {position()}; partial outputs in {cfg.out}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return 0
+
+
+def _run_task(cfg: DemoConfig) -> None:
     if cfg.acceptance:
         from entropyrl.local.acceptance import run_acceptance
 
         run_acceptance(cfg)
-        return 0
-    if cfg.task == "function-calling":
+    elif cfg.task == "function-calling":
         from entropyrl.local.function_calling import run_function_calling_demo
 
         run_function_calling_demo(cfg)
-        return 0
-    run_caption_demo(cfg)
-    return 0
+    else:
+        run_caption_demo(cfg)
+
+
+def main(cfg: DemoConfig) -> int:
+    """Entry point of `entropyrl demo`: 0 done, 130 interrupted (Ctrl-C)."""
+    return run_interruptible(_run_task, cfg)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.policy import forbidden_token_ids, greedy_texts
+from entropyrl.local.progress import set_position
 from entropyrl.local.report import markdown_table, plot_curves, write_summary
 from entropyrl.local.rl import RewardOutput
 from entropyrl.local.runner import MetricsLog, run_rl, run_warmup
@@ -364,6 +365,7 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     max_tokens = max(len(tokenizer.encode(q.answer())) for q in queries) + 4
     cfg.max_new_tokens = max(cfg.max_new_tokens, longest + 4, max_tokens)
     warm = run_warmup(model, task, cfg, steps=cfg.warmup_steps, seed=cfg.seed, log=log)
+    set_position("the held-out evaluation after warm-up")
     before, before_records = task.evaluate(model, max_new_tokens=cfg.max_new_tokens)
     log.write("eval", 0, before, variant="warm-up")
     rows = [_row("after warm-up", before, {}, warm["seconds"])]
@@ -372,6 +374,7 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     for variant in cfg.variants():  # same seed, data and checkpoint
         model.load_state_dict(checkpoint)
         rl = run_rl(model, task, cfg, variant, seed=cfg.seed, log=log)
+        set_position(f"the held-out evaluation after {variant}")
         after, records = task.evaluate(model, max_new_tokens=cfg.max_new_tokens)
         log.write("eval", cfg.steps, after, variant=variant)
         stats = rl_summary(rl["history"])
@@ -383,6 +386,7 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
             "samples": records[:5],
         }
     model.load_state_dict(checkpoint)
+    set_position("writing summary.md and curves.png")
     table = markdown_table(rows, FC_COLUMNS)
     summary = {
         "task": "function-calling",

@@ -127,6 +127,7 @@ class Progress:
 
     def close(self) -> None:
         """Close the bar; in plain mode, a last line when the last step has none yet."""
+        set_position(f"the end of {self.label}")
         if self._bar is not None:
             self._bar.close()
             self._bar = None
