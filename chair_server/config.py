@@ -44,7 +44,10 @@ class ServerSettings:
     )
     workers: int = field(
         default=4,
-        metadata=_help("WSGI worker threads (default 4; scoring is ~0.05 ms per caption)"),
+        metadata=_help(
+            "WSGI worker threads (default 4); scoring holds the GIL, so more processes, not "
+            "more threads, add capacity (README: CHAIR service at scale)"
+        ),
     )
     max_batch: int = field(
         default=4096,
