@@ -5,13 +5,16 @@
 
 ``caps.jsonl`` holds one ``{"image_id": ..., "caption": "..."}`` per line. CHAIR_s, CHAIR_i and
 recall are printed in percent (as papers print them), n/a when no caption could be scored (null
-in the output of ``--json``, which writes the full scorer output).
+in the output of ``--json``, which writes the full scorer output, whole or not at all).
+
+Ctrl-C prints one line (what it was doing; nothing is written) and exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,21 @@ def format_table(name: str, overall: dict[str, Any]) -> str:
     )
 
 
+def write_json_whole(obj: Any, path: str | Path) -> None:
+    """JSON written beside ``path`` and renamed onto it: a reader (or an interrupted run) never
+    sees half a file. The file gets the usual mode of a new file (0666 less the umask)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(obj, handle, indent=1)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """0 done, 2 missing or malformed input, 130 interrupted (Ctrl-C)."""
     parser = argparse.ArgumentParser(prog="python -m chair_server.evaluate", description=__doc__)
     parser.add_argument("--captions", required=True, help="JSON lines {image_id, caption}")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -66,17 +83,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", help="ground-truth cache folder for --coco")
     parser.add_argument("--json", dest="json_out", help="write the full scorer output here")
     args = parser.parse_args(argv)
+    doing = "loading the ground truth"
     try:
-        if args.coco:
-            scorer = ChairScorer.from_coco(args.coco, cache_dir=args.cache_dir)
-        else:
-            scorer = ChairScorer.from_ground_truth(args.ground_truth)
-        result = scorer.score(read_captions(args.captions))
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_table(Path(args.captions).name, result["overall_metrics"]))
-    overall = result["overall_metrics"]
+        try:
+            if args.coco:
+                scorer = ChairScorer.from_coco(args.coco, cache_dir=args.cache_dir)
+            else:
+                scorer = ChairScorer.from_ground_truth(args.ground_truth)
+            doing = f"reading {args.captions}"
+            captions = read_captions(args.captions)
+            doing = f"scoring {len(captions)} captions"
+            result = scorer.score(captions)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        _report(Path(args.captions).name, result["overall_metrics"])
+        if args.json_out:
+            doing = f"writing {args.json_out}"
+            write_json_whole(result, args.json_out)
+    except KeyboardInterrupt:
+        written = (
+            "the table is printed, --json not written"
+            if doing.startswith("writing")
+            else "nothing written"
+        )
+        print(f"interrupted while {doing}; {written}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _report(name: str, overall: dict[str, Any]) -> None:
+    print(format_table(name, overall))
     if overall["errors"]:
         print(f"{overall['errors']} captions left out (unknown image id)", file=sys.stderr)
     if not overall["captions"]:
@@ -85,9 +122,6 @@ def main(argv: list[str] | None = None) -> int:
             "check that the ground truth covers these image ids",
             file=sys.stderr,
         )
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":
