@@ -1,14 +1,18 @@
 """``entropyrl prepare coco|fc|mixed-debug``: dataset converters on the command line.
 
 Top-level imports stay light (argparse only) so ``entropyrl --help`` is fast; the converters
-and pyarrow load when a command runs. Exit codes: 0 done, 2 missing or malformed input.
+and pyarrow load when a command runs. Exit codes: 0 done, 2 missing or malformed input, 130
+interrupted (Ctrl-C: one line; every output file is written whole or not at all, so the files
+in --out are complete ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -91,6 +95,24 @@ def register(subparsers: Any) -> None:
     prepare.set_defaults(func=lambda args: _usage(prepare))
 
 
+def _interruptible(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """Ctrl-C: one line on stderr instead of a traceback, and 130 (128 + SIGINT)."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except KeyboardInterrupt:
+            print(
+                f"interrupted during prepare {args.prepare_command}; partial outputs in "
+                f"{args.out} (the files finished before it, each whole)",
+                file=sys.stderr,
+            )
+            return 130
+
+    return wrapper
+
+
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -107,6 +129,7 @@ def _report(summary: dict[str, Any]) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
+@_interruptible
 def _run_coco(args: argparse.Namespace) -> int:
     from entropyrl.data.coco import DEFAULT_CAPTION_PROMPT, prepare_coco
     from entropyrl.data.io import InputFileError
@@ -130,6 +153,7 @@ def _run_coco(args: argparse.Namespace) -> int:
     return 0
 
 
+@_interruptible
 def _run_mixed_debug(args: argparse.Namespace) -> int:
     from entropyrl.data.mixed_debug import prepare_mixed_debug
 
@@ -144,6 +168,7 @@ def _run_mixed_debug(args: argparse.Namespace) -> int:
     return 0
 
 
+@_interruptible
 def _run_fc(args: argparse.Namespace) -> int:
     from entropyrl.data.function_calling import DEFAULT_SYSTEM_PROMPT, prepare_function_calling
     from entropyrl.data.io import InputFileError
