@@ -39,7 +39,7 @@ from torch import Tensor
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.policy import forbidden_token_ids, greedy_texts
 from entropyrl.local.progress import set_position
-from entropyrl.local.report import markdown_table, plot_curves, write_summary
+from entropyrl.local.report import Curve, HeldOut, markdown_table, plot_curves, write_summary
 from entropyrl.local.rl import RewardOutput
 from entropyrl.local.runner import MetricsLog, run_rl, run_warmup
 
@@ -412,12 +412,16 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
         out / "curves.png",
         title="function calling: RL from the same warm-up",
         curves=(
-            ("reward", "strict reward"),
-            ("format_ok", "format ok"),
-            ("entropy", "token entropy"),
-            ("response_length", "response tokens"),
-            ("adv_abs_mean", "|advantage|"),
-            ("egpo/bonus/mean", "EGPO bonus mean"),
+            Curve(("reward",), "strict reward (train samples)", "reward (0 or 1)"),
+            Curve(("format_ok",), "format ok (train samples)", "format ok (%)", 100.0),
+            Curve(("entropy",), "token entropy (sampling temperature)", "nats per token"),
+            Curve(("response_length",), "response length", "tokens"),
+            Curve(("adv_abs_mean",), "|advantage| (mean)", "|advantage|"),
+            Curve(("egpo/bonus/mean",), "EGPO bonus (mean)", "bonus"),
+        ),
+        held_out=(
+            HeldOut("accuracy", "accuracy", 100.0, " %"),
+            HeldOut("format_ok", "format ok", 100.0, " %"),
         ),
     )
     print(table)

@@ -5,22 +5,69 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["markdown_table", "plot_curves", "write_summary"]
+__all__ = [
+    "CAPTION_HELD_OUT",
+    "CURVES",
+    "SMOOTHING",
+    "Curve",
+    "HeldOut",
+    "curves_figure",
+    "markdown_table",
+    "plot_curves",
+    "write_summary",
+]
+
+SMOOTHING = 5  # steps in the moving average of every training curve
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One panel: a line per variant for each of `keys` (line styles `-`, `--`, ... in that
+    order), values times `scale`, a title and a y-axis label with the unit."""
+
+    keys: tuple[str, ...]
+    title: str
+    ylabel: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A held-out metric of the `eval` records: drawn as markers on the panel whose first key
+    is `key` (after warm-up at its step 0, after RL at the last step) and in the table box."""
+
+    key: str
+    label: str
+    scale: float = 1.0
+    unit: str = ""
+
 
 CURVES = (
-    ("reward", "reward"),
-    ("cider", "CIDEr-D (train)"),
-    ("chair_i", "CHAIR_i per caption"),
-    ("entropy", "token entropy"),
-    ("clip_high", "eps_high (mean)"),
-    ("response_length", "response tokens"),
+    Curve(("reward",), "reward (train samples)", "reward"),
+    Curve(("cider",), "CIDEr-D (train samples)", "CIDEr-D"),
+    Curve(("chair_i",), "CHAIR_i (train samples)", "CHAIR_i (%)", 100.0),
+    Curve(("entropy",), "token entropy (sampling temperature)", "entropy (nats per token)"),
+    Curve(
+        ("clip_frac_high", "clip_frac_low"),
+        "tokens clipped: high (solid), low (dashed)",
+        "clipped tokens (%)",
+        100.0,
+    ),
+    Curve(("clip_high",), "clip bound eps_high (batch mean)", "eps_high"),
+    Curve(("response_length",), "response length", "tokens"),
 )
+CAPTION_HELD_OUT = (
+    HeldOut("chair_i", "CHAIR_i", 100.0, " %"),
+    HeldOut("cider", "CIDEr-D"),
+)
+_STYLES = ("-", "--", ":", "-.")
 
 
-def _smooth(values: Sequence[float], window: int = 5) -> list[float]:
+def _smooth(values: Sequence[float], window: int = SMOOTHING) -> list[float]:
     out = []
     for i in range(len(values)):
         chunk = [v for v in values[max(0, i - window + 1) : i + 1] if math.isfinite(v)]
@@ -28,10 +75,59 @@ def _smooth(values: Sequence[float], window: int = 5) -> list[float]:
     return out
 
 
-def plot_curves(
-    records: Sequence[dict[str, Any]], path: str | Path, *, title: str = "", curves=CURVES
-) -> Path:
-    """One panel per metric, one line per RL variant (5-step moving average) -> PNG."""
+def _as_curve(curve: Curve | tuple[str, str]) -> Curve:
+    if isinstance(curve, Curve):
+        return curve
+    key, label = curve
+    return Curve((key,), label, label)
+
+
+def _held_out_points(
+    records: Sequence[dict[str, Any]], variants: Sequence[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """`(stage, eval record)`: after warm-up, then after each RL variant (other eval records,
+    e.g. the acceptance study's per-seed ones, are not this figure's)."""
+    points = []
+    for record in records:
+        if record.get("phase") != "eval":
+            continue
+        variant = record.get("variant")
+        if variant == "warm-up":
+            points.append(("after warm-up", record))
+        elif variant in variants:
+            points.append((f"after RL: {variant}", record))
+    return points
+
+
+def _held_out_text(points, held_out: Sequence[HeldOut]) -> str:
+    head = ["held-out (greedy)", *(h.label for h in held_out)]
+    rows = [head]
+    for stage, record in points:
+        cells = [stage]
+        for h in held_out:
+            value = record.get(h.key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                cells.append(f"{h.scale * value:.2f}{h.unit}")
+            else:
+                cells.append("n/a")
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def curves_figure(
+    records: Sequence[dict[str, Any]],
+    *,
+    title: str = "",
+    curves: Sequence[Curve | tuple[str, str]] = CURVES,
+    held_out: Sequence[HeldOut] = CAPTION_HELD_OUT,
+) -> Any:
+    """The figure of `plot_curves` (a matplotlib Figure; the caller closes it).
+
+    One panel per curve present in the RL records, one colour per variant, every line a
+    `SMOOTHING`-step moving average (said in the title). Held-out values of the `eval` records
+    are markers on their panels and a table in a text box.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,26 +135,84 @@ def plot_curves(
 
     rl = [r for r in records if r.get("phase") == "rl"]
     variants = list(dict.fromkeys(r.get("variant", "") for r in rl))
-    present = [(key, label) for key, label in curves if any(key in r for r in rl)]
+    colours = {variant: f"C{i}" for i, variant in enumerate(variants)}
+    present = [c for c in map(_as_curve, curves) if any(key in r for key in c.keys for r in rl)]
+    points = _held_out_points(records, variants)
+    box = bool(points and held_out)
     cols = 3
-    rows = max(1, math.ceil(len(present) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-    for ax, (key, label) in zip(axes.flat, present):
+    rows = max(1, math.ceil((len(present) + box) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows), squeeze=False)
+    marked = {h.key: h for h in held_out}
+    for ax, curve in zip(axes.flat, present):
         for variant in variants:
-            points = [(r["step"], r[key]) for r in rl if r.get("variant") == variant and key in r]
-            if points:
-                steps, values = zip(*points)
-                ax.plot(steps, _smooth(values), label=variant)
-        ax.set_title(label, fontsize=10)
+            for key, style in zip(curve.keys, _STYLES):
+                series = [
+                    (r["step"], curve.scale * r[key])
+                    for r in rl
+                    if r.get("variant") == variant and key in r
+                ]
+                if series:
+                    steps, values = zip(*series)
+                    label = variant if key == curve.keys[0] else f"{variant} ({key})"
+                    ax.plot(steps, _smooth(values), style, color=colours[variant], label=label)
+        mark = marked.get(curve.keys[0])
+        if mark is not None:
+            for stage, record in points:
+                value = record.get(mark.key)
+                if not isinstance(value, int | float) or not math.isfinite(value):
+                    continue
+                warm = stage == "after warm-up"
+                ax.plot(
+                    [record["step"]],
+                    [curve.scale * value],
+                    "D" if warm else "*",
+                    color="black" if warm else colours[record["variant"]],
+                    markersize=7 if warm else 11,
+                    label=f"held-out {stage}",
+                    linestyle="none",
+                )
+            ax.legend(fontsize=7)
+        ax.set_title(curve.title, fontsize=10)
         ax.set_xlabel("RL step")
+        ax.set_ylabel(curve.ylabel)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(present) :]:
+    spare = list(axes.flat)[len(present) :]
+    for ax in spare:
         ax.axis("off")
-    if variants:
+    if box:
+        spare[0].text(
+            0.0,
+            1.0,
+            _held_out_text(points, held_out),
+            transform=spare[0].transAxes,
+            va="top",
+            ha="left",
+            family="monospace",
+            fontsize=8,
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6"},
+        )
+    if variants and present and marked.get(present[0].keys[0]) is None:
         axes.flat[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=11)
+    smoothing = f"training curves: {SMOOTHING}-step moving average"
+    if box:
+        smoothing += "; markers: held-out (greedy) after warm-up (diamond) and after RL (star)"
+    fig.suptitle(f"{title}\n{smoothing}" if title else smoothing, fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(
+    records: Sequence[dict[str, Any]],
+    path: str | Path,
+    *,
+    title: str = "",
+    curves: Sequence[Curve | tuple[str, str]] = CURVES,
+    held_out: Sequence[HeldOut] = CAPTION_HELD_OUT,
+) -> Path:
+    """`curves_figure(...)` saved as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(records, title=title, curves=curves, held_out=held_out)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
