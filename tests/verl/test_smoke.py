@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from entropyrl.clip_schedules import clip_high_from_hallucination
 from entropyrl.verl import smoke, trace
@@ -68,6 +69,14 @@ def caption_run(repo_root, smoke_cache, tmp_path_factory):
 def fc_run(repo_root, smoke_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("egpo_fc_smoke")
     result = run_smoke(repo_root, "egpo_function_calling.sh", out, smoke_cache)
+    assert result.returncode == 0, tail(result)
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def mixed_run(repo_root, smoke_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("egpo_ratio_mixed_smoke")
+    result = run_smoke(repo_root, "egpo_ratio_mixed.sh", out, smoke_cache)
     assert result.returncode == 0, tail(result)
     return out, result
 
@@ -159,6 +168,26 @@ def test_fc_smoke_learns_from_varying_rewards(fc_run):
     assert len(driver) == 2 * 16 and all(row["clip_high"] is None for row in driver)
     # The text recipe keeps verl's own loss (no per-sample field): no loss-side trace.
     assert not trace.read(out / "trace", "worker")
+
+
+def test_mixed_smoke_scores_math_and_code_through_the_hybrid_reward(mixed_run):
+    out, result = mixed_run
+    assert "smoke check passed" in result.stdout
+    rows = smoke.read_metrics(out / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        data = row["data"]
+        assert math.isfinite(data["actor/pg_loss"])
+        # the ratio weights stay inside the recipe's [lambda_min, lambda_max]
+        assert 0.5 - 1e-6 <= data["egpo/weight/mean"] <= 2.0 + 1e-6
+    config = OmegaConf.load(out / "config.yaml")
+    assert config.algorithm.adv_estimator == "egpo_ratio"
+    assert config.algorithm.entropy.mode == "answer"
+    assert config.reward.custom_reward_function.path.endswith("entropyrl.rewards.hybrid")
+    driver = trace.read(out / "trace", "driver")
+    assert len(driver) == 2 * 16
+    # Hydra's own output folder stays inside the run folder
+    assert (out / "hydra" / ".hydra" / "config.yaml").is_file()
 
 
 # -- bad setups get one line, not a traceback -----------------------------------------------------
