@@ -22,6 +22,7 @@ from typing import Any
 
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.progress import position, set_position
+from entropyrl.local.reference import reference_for, reference_section
 from entropyrl.local.report import markdown_table, plot_curves, write_summary
 from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
 
@@ -127,11 +128,17 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
         "seconds": {"setup": setup_seconds, "total": total},
         "samples": samples,
     }
-    write_summary(out, summary, table, heading=f"entropyrl demo (seed {cfg.seed})")
+    reference, _ = reference_for(cfg)
+    summary["readme_reference"] = reference
+    compared = reference_section(cfg, rows)
+    write_summary(
+        out, summary, f"{table}\n\n{compared}", heading=f"entropyrl demo (seed {cfg.seed})"
+    )
     plot_curves(
         log.records, out / "curves.png", title=f"RL from the same warm-up (seed {cfg.seed})"
     )
     print(table)
+    print(f"\n{compared}")
     print(f"\n{total:.0f} s in all; outputs in {out}/ (metrics.jsonl, curves.png, summary.md)")
     return summary
 
