@@ -89,7 +89,7 @@ class DemoConfig:
     )
     max_objects: int = _f(3, "objects per image are 1..N, N <= 3")
     tokenizer_ranks: int = _f(
-        8192, "keep the first N Qwen BPE ranks (a smaller, faster vocabulary)"
+        4096, "keep the first N Qwen BPE ranks (a smaller, faster vocabulary)"
     )
 
     # tiny model

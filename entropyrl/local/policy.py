@@ -161,17 +161,33 @@ def response_log_probs(
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of the response tokens (and per-token entropy) at the sampling temperature.
 
+    Only the positions that predict a response token inside `mask` go through the LM head (the
+    vocabulary-sized work is most of a tiny model's step, and padding is a large share of a
+    batch of short captions).
+
     Returns:
-        (log_prob Tensor[B, R], entropy Tensor[B, R] or None); values at masked positions are
-        whatever the model gives there (the caller masks them).
+        (log_prob Tensor[B, R], entropy Tensor[B, R] or None); 0 at masked positions.
     """
     inputs = sequence_inputs(prompts, responses, mask)
     length = responses.shape[1]
-    # Only the positions that predict response tokens go through the LM head.
-    logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1, :]
-    logits = logits.float() / temperature
-    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    entropy = token_entropy(logits.detach()) if with_entropy else None
+    keep = mask.bool()
+    head = model.get_output_embeddings()
+    if head is None:  # no separate LM head to call: the model's logits of the response positions
+        logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits
+        logits = logits[:, :-1, :][keep]
+    else:
+        hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
+        logits = head(hidden[:, -length - 1 : -1, :][keep])
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, responses[keep].unsqueeze(-1))
+    log_prob = logits.new_zeros(responses.shape).masked_scatter(keep, picked.squeeze(-1))
+    entropy = None
+    if with_entropy:
+        entropy = logits.new_zeros(responses.shape).masked_scatter(
+            keep, token_entropy(logits.detach())
+        )
     return log_prob, entropy
 
 

@@ -107,6 +107,21 @@ def test_sampling_never_emits_forbidden_specials_and_log_probs_match_a_plain_for
     keep = mask.bool()
     assert torch.allclose(log_prob[keep].double(), ref_lp[keep], atol=1e-4)
     assert torch.allclose(entropy[keep].double(), ref_entropy[keep], atol=1e-4)
+    assert not log_prob[~keep].any() and not entropy[~keep].any()  # padding: no LM head work
+
+
+def test_patch_projection_is_the_convolution(vlm):
+    from entropyrl.local.model import PatchProjection
+
+    model, _ = vlm
+    projection = model.model.visual.patch_embed.proj
+    assert isinstance(projection, PatchProjection)
+    assert "model.visual.patch_embed.proj.weight" in model.state_dict()
+    patches = torch.randn(
+        12, *projection.weight.shape[1:], generator=torch.Generator().manual_seed(0)
+    )
+    expected = torch.nn.functional.conv3d(patches, projection.weight, stride=projection.stride)
+    assert torch.allclose(projection(patches), expected, atol=1e-5)
 
 
 def test_text_model_log_probs_ignore_left_padding(small_tokenizer):
