@@ -12,9 +12,15 @@ or BFCL possible answers ``[{"func": {"param": [values...]}}]``, ``[]`` = no cal
 ``extra_info = {"split", "index", "source_id", "source_format", "tools": <JSON string>,
 "example_hash"}``, plus for BFCL rows ``"bfcl"``: the JSON string of ``{"id", "category",
 "function", "possible_answer"}`` as BFCL ships them (its own schema types and its unmodified
-possible answer), which ``bfcl_verdict`` needs to give BFCL's own verdict. Ground truth and tools
-are JSON strings because their nested shapes differ from row to row and parquet needs one schema
-per column; ``compute_score`` accepts the string.
+possible answer), which ``bfcl_verdict`` needs to give BFCL's own verdict. ``tools`` is the list
+of function definitions ``{"name", "description", "parameters": {"type", "properties",
+"required"}}`` (OpenAI's ``{"type": "function", "function": ...}`` wrapper removed; for BFCL in
+JSON Schema types, xLAM's flat parameter maps as xLAM wrote them): verl hands ``extra_info`` to
+the reward, which follows the schema's ``required`` and declared types from it. Ground truth and
+tools are JSON strings because their nested shapes differ from row to row and parquet needs one
+type per column: as a struct, pyarrow would merge every row's schemas into one type (each
+function gaining every parameter name any row has, as None) and hand lists back as numpy
+arrays. ``compute_score`` accepts the string (and the parsed forms).
 
 Rows the reward could never score fairly are rejected with the reason: a ground-truth call with
 a parameter its tool's schema does not define, and a BFCL parameter with no acceptable value
@@ -45,6 +51,7 @@ from entropyrl.data.io import (
     stable_hash,
     write_parquet,
 )
+from entropyrl.rewards.function_calling import function_schema
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -190,19 +197,10 @@ def _call(value: Any, where: str) -> dict[str, Any]:
 def _schema_parameters(function: Mapping[str, Any]) -> set[str] | None:
     """Parameter names a tool schema defines; None when it does not say (no check then).
 
-    JSON Schema keeps them under ``properties``; xLAM writes a flat ``{param: {type, ...}}``.
+    Read as the reward reads them (JSON Schema ``properties`` or xLAM's flat map).
     """
-    parameters = function.get("parameters")
-    if not isinstance(parameters, Mapping):
-        return None
-    properties = parameters.get("properties")
-    if isinstance(properties, Mapping):
-        return set(properties)
-    if isinstance(parameters.get("type"), str):
-        return None  # JSON Schema without properties: nothing to check against
-    if all(isinstance(v, Mapping) for v in parameters.values()):
-        return set(parameters)  # xLAM (a parameter may itself be called "type")
-    return None
+    declared = function_schema(function).parameters
+    return None if declared is None else set(declared)
 
 
 def _check_known(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
@@ -490,7 +488,7 @@ def _row(
         "index": index,
         "source_id": example.source_id,
         "source_format": fmt,
-        "tools": json.dumps(example.tools, ensure_ascii=False),
+        "tools": json.dumps([tool["function"] for tool in example.tools], ensure_ascii=False),
         "example_hash": f"{content_hash:040x}",
     }
     if example.bfcl is not None:

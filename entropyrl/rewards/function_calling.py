@@ -14,20 +14,32 @@ A response earns 1.0 only if its format is exact and its calls equal the ground 
   them allowed); anything more (two ``<|im_end|>``) is a format error.
 - correctness: the multiset of calls equals the ground truth, order-insensitive (parallel calls),
   names equal, arguments equal as JSON values: an integer answer needs a JSON integer (``5.0``
-  for ``5`` scores 0, as BFCL's type check does), a float answer accepts an integer of the same
-  value (``10`` for ``10.0``, as BFCL does), ``"1" != 1`` and ``True != 1``, strings exact. BFCL
-  possible-answer ground truth lists acceptable values per parameter, ``""`` among them meaning
-  the parameter may be omitted; an acceptable value that is a dict of lists, or a list of such
-  dicts (BFCL's list-of-dict parameters), is itself a possible answer matched key by key and
-  element by element. ``[]`` means no call is expected (irrelevance): then a correct response has
-  no tool call.
+  for ``5`` scores 0, as BFCL's type check does), a float argument accepts an integer of the same
+  value (``10`` for ``10.0``) only at the top level of the arguments, where BFCL converts it,
+  while inside lists and dicts every number has the answer's type (``[12, 15]`` for
+  ``[12.0, 15.0]`` scores 0: BFCL type-checks list items against the schema's item type);
+  ``"1" != 1`` and ``True != 1``, strings exact. BFCL possible-answer ground truth lists
+  acceptable values per parameter, ``""`` among them meaning the parameter may be omitted; an
+  acceptable value that is a dict of lists is a pattern for a dict argument (each key's value
+  one of the listed ones, literally), a list of such dicts a pattern for a list of dicts, matched
+  element by element, as BFCL's checker reads them. ``[]`` means no call is expected
+  (irrelevance): then a correct response has no tool call.
+- the tool schema, when the row carries it (``extra_info["tools"]``, as ``entropyrl prepare fc``
+  writes it): with a BFCL answer, a parameter the schema lists under ``required`` must be given
+  even where the answer marks it optional, a parameter the schema lacks is wrong, and each
+  argument goes through BFCL's Python type check (declared type, array items one level deep,
+  int for float only for a float parameter) before its value is compared exactly; with an exact
+  answer, the int-for-float allowance holds only where the schema declares no other type.
+  Without a schema the ground truth alone decides.
 
 Parsing is linear in the response length, and any input (degenerate rollouts included) yields a
 score or a ToolCallFormatError, never a RecursionError.
 
-This reward is stricter than BFCL's own checker (which lower-cases strings and drops spaces and
-``,./-_*^`` before comparing, and accepts a missing reasoning block); ``bfcl_verdict`` gives the
-BFCL verdict of a response with BFCL's own decoder and checker (optional ``bfcl`` extra).
+This reward is never looser than BFCL's own checker on BFCL's Python categories, and stricter
+(BFCL lower-cases strings and drops spaces and ``,./-_*^`` before comparing, compares values
+inside dicts with Python's ``==``, and accepts a missing reasoning block); ``bfcl_verdict`` gives
+the BFCL verdict of a response with BFCL's own decoder and checker (optional ``bfcl`` extra), and
+``benchmarks/bfcl_agreement.py`` counts where the two differ.
 
 Tokenizer assumption: verl decodes ``solution_str`` with special tokens skipped. In the Qwen2 /
 Qwen2-VL tokenizers the project builds (special tokens at ids 151643..151656) ``<tool_call>`` and
@@ -43,16 +55,22 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "FunctionSchema",
+    "ParameterSchema",
     "ToolCallFormatError",
     "bfcl_verdict",
     "compute_score",
+    "function_schema",
     "normalize_ground_truth",
     "parse_tool_calls",
     "score_details",
+    "tool_schemas",
     "values_equal",
 ]
 
@@ -276,18 +294,172 @@ def normalize_ground_truth(ground_truth: Any) -> list[tuple[str, str, Any]]:
     return specs
 
 
+# ---------------------------------------------------------------------------- tool schemas
+# Parameter types as BFCL's checker reads them for Python (its PYTHON_TYPE_MAPPING in
+# bfcl_eval/eval_checker/ast_eval/ast_checker.py), plus the JSON Schema names the converter writes
+# for BFCL's ("number" for float, "object" for dict) and the short names xLAM uses.
+_DECLARED_TYPES: dict[str, type] = {
+    "string": str,
+    "str": str,
+    "any": str,
+    "integer": int,
+    "int": int,
+    "float": float,
+    "number": float,
+    "double": float,
+    "boolean": bool,
+    "bool": bool,
+    "array": list,
+    "list": list,
+    "tuple": list,
+    "dict": dict,
+    "object": dict,
+}
+
+
+@dataclass(frozen=True)
+class ParameterSchema:
+    """What a tool schema declares for one parameter, in the Python types BFCL checks.
+
+    ``kind`` is None when the schema gives no type the reward knows; ``item_kind`` is the type of
+    an array's items, which BFCL's checker checks one level deep.
+    """
+
+    kind: type | None = None
+    item_kind: type | None = None
+
+
+@dataclass(frozen=True)
+class FunctionSchema:
+    """A function's parameters (None: the schema does not list them) and its required ones."""
+
+    parameters: Mapping[str, ParameterSchema] | None
+    required: frozenset[str]
+
+
+def _declared_type(spec: Any) -> type | None:
+    """The Python type of a schema type name: ``"float"``, ``"number"``, xLAM's ``"int, optional"``."""
+    name = spec.get("type") if isinstance(spec, Mapping) else None
+    if not isinstance(name, str):
+        return None
+    return _DECLARED_TYPES.get(name.split(",")[0].strip().lower())
+
+
+def _parameter_schema(spec: Any) -> ParameterSchema:
+    kind = _declared_type(spec)
+    item_kind = _declared_type(spec.get("items")) if kind is list else None
+    return ParameterSchema(kind, item_kind)
+
+
+def _plain(value: Any) -> Any:
+    """Lists and dicts of a parquet round trip as plain Python: numpy arrays become lists, and
+    None-valued keys (pyarrow gives every struct all the keys any row has) are dropped."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def function_schema(definition: Mapping[str, Any]) -> FunctionSchema:
+    """The parameters a function definition declares, and which of them it requires.
+
+    JSON Schema keeps them under ``parameters.properties``; xLAM writes a flat ``{param: {type,
+    ...}}`` map (a parameter may itself be called "type"); a JSON Schema without properties
+    declares nothing (``parameters`` None: no check against it).
+    """
+    parameters = _plain(definition.get("parameters"))
+    if not isinstance(parameters, Mapping):
+        return FunctionSchema(None, frozenset())
+    properties = parameters.get("properties")
+    required = parameters.get("required") or ()
+    if isinstance(required, str) or not isinstance(required, Sequence):
+        required = ()
+    if isinstance(properties, Mapping):
+        declared = {name: _parameter_schema(spec) for name, spec in properties.items()}
+    elif not isinstance(parameters.get("type"), str) and all(
+        isinstance(spec, Mapping) for spec in parameters.values()
+    ):
+        declared = {name: _parameter_schema(spec) for name, spec in parameters.items()}  # xLAM
+    else:
+        declared = None
+    return FunctionSchema(
+        None if declared is None else MappingProxyType(declared),
+        frozenset(r for r in required if isinstance(r, str)),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _schemas_from_json(text: str) -> Mapping[str, FunctionSchema]:
+    try:
+        tools = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"extra_info['tools']: invalid JSON ({error})") from None
+    return _schemas_from_list(tools)
+
+
+def _schemas_from_list(tools: Any) -> Mapping[str, FunctionSchema]:
+    tools = _plain(tools)
+    if isinstance(tools, Mapping):
+        tools = [tools]
+    if not isinstance(tools, list):
+        raise ValueError(
+            f"extra_info['tools'] must be a list of function definitions, got {type(tools).__name__}"
+        )
+    schemas = {}
+    for index, tool in enumerate(tools):
+        if isinstance(tool, Mapping) and tool.get("type") == "function" and "function" in tool:
+            tool = tool["function"]  # OpenAI's {"type": "function", "function": {...}} wrapper
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
+            raise ValueError(f"extra_info['tools'][{index}]: a function definition needs a name")
+        schemas[tool["name"]] = function_schema(tool)
+    return MappingProxyType(schemas)
+
+
+def tool_schemas(tools: Any) -> Mapping[str, FunctionSchema]:
+    """Function name -> declared parameters and ``required``, from a row's ``extra_info["tools"]``.
+
+    Accepts the JSON string the converter writes or the parsed list (also as pandas reads a parquet
+    struct: numpy arrays, None for keys a row lacks), of definitions ``{"name", "parameters":
+    {"properties", "required"}}`` or OpenAI ``{"type": "function", "function": {...}}`` tools.
+    None (no tools) gives no schemas; anything else malformed is a ValueError.
+    """
+    if tools is None:
+        return {}
+    if isinstance(tools, bytes):
+        tools = tools.decode("utf-8")
+    if isinstance(tools, str):
+        return _schemas_from_json(tools)
+    return _schemas_from_list(tools)
+
+
+def _schemas_of(extra_info: Any) -> Mapping[str, FunctionSchema]:
+    if hasattr(extra_info, "tolist") and not isinstance(extra_info, Mapping):
+        extra_info = extra_info.tolist()
+    if not isinstance(extra_info, Mapping):
+        return {}
+    return tool_schemas(extra_info.get("tools"))
+
+
 # ---------------------------------------------------------------------------- matching
-def values_equal(value: Any, expected: Any) -> bool:
+def values_equal(value: Any, expected: Any, *, int_for_float: bool = True) -> bool:
     """JSON value equality of a response's ``value`` with the ``expected`` one.
 
-    Numbers compare by value, but an integer answer needs an integer (``5.0`` is not ``5``: BFCL
-    rejects a float for an integer parameter) while a float answer accepts an integer
-    (``10`` for ``10.0``, as BFCL converts int to float); no str/number or bool/number mixing.
+    An integer answer needs an integer (``5.0`` is not ``5``: BFCL rejects a float for an integer
+    parameter); no str/number or bool/number mixing (BFCL: bool is not int). A float answer
+    accepts an integer of the same value only for ``value`` itself and ``int_for_float``: BFCL
+    converts int to float for a Python function's float argument, but type-checks the items of a
+    list against the schema's item type, so inside lists and dicts every number has the answer's
+    type (``[12, 15]`` is not ``[12.0, 15.0]``).
     """
     if isinstance(value, bool) or isinstance(expected, bool):
         return isinstance(value, bool) and isinstance(expected, bool) and value == expected
     if isinstance(value, (int, float)) and isinstance(expected, (int, float)):
-        if isinstance(expected, int) and not isinstance(value, int):
+        if isinstance(value, float) and not isinstance(expected, float):
+            return False
+        if isinstance(value, int) and isinstance(expected, float) and not int_for_float:
             return False
         return not (isinstance(value, float) and math.isnan(value)) and value == expected
     if isinstance(value, str) or isinstance(expected, str):
@@ -296,11 +468,11 @@ def values_equal(value: Any, expected: Any) -> bool:
         return value is None and expected is None
     if isinstance(value, Mapping) and isinstance(expected, Mapping):
         return value.keys() == expected.keys() and all(
-            values_equal(value[k], expected[k]) for k in value
+            values_equal(value[k], expected[k], int_for_float=False) for k in value
         )
     if isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple)):
         return len(value) == len(expected) and all(
-            values_equal(x, y) for x, y in zip(value, expected)
+            values_equal(x, y, int_for_float=False) for x, y in zip(value, expected)
         )
     return False
 
@@ -310,55 +482,164 @@ def _is_pattern(option: Any) -> bool:
     return isinstance(option, Mapping) and all(isinstance(v, list) for v in option.values())
 
 
-def _element_matches(value: Any, option: Any) -> bool:
-    """``value`` equals ``option``, or ``option`` is a dict pattern that ``value`` satisfies."""
-    if values_equal(value, option):
-        return True
-    return _is_pattern(option) and isinstance(value, Mapping) and _params_match(value, option)
+def _is_pattern_list(option: Any) -> bool:
+    """A BFCL possible answer for a list of dicts: ``[{key: [values]}, ...]``, element by element."""
+    return isinstance(option, list) and bool(option) and all(_is_pattern(o) for o in option)
+
+
+def _pattern_matches(value: Any, pattern: Any) -> bool:
+    """BFCL's dict check: every key known to the pattern, its value one of the listed ones
+    (literally: a value inside the dict is never itself a pattern), keys not given omittable."""
+    if not isinstance(value, Mapping) or not _is_pattern(pattern):
+        return False
+    if any(key not in pattern for key in value):
+        return False
+    return all(
+        any(values_equal(value[key], o, int_for_float=False) for o in options)
+        if key in value
+        else "" in options
+        for key, options in pattern.items()
+    )
+
+
+def _patterns_match(value: Any, option: Any) -> bool:
+    """BFCL's list-of-dict check: as many dicts as the option lists, each matching its pattern."""
+    return (
+        isinstance(value, list)
+        and isinstance(option, list)
+        and len(value) == len(option)
+        and all(_pattern_matches(v, o) for v, o in zip(value, option))
+    )
 
 
 def _acceptable(value: Any, options: list[Any]) -> bool:
-    """BFCL: ``value`` matches one option; a dict of lists is itself a possible answer, and so is
-    a list of them (a list-of-dict parameter, ``[[{"field": ["age"]}, ...]]``), element by element.
-    """
+    """``value`` matches one of BFCL's acceptable values, read by their shape (no schema): a dict
+    of lists is a pattern for a dict value, a list of them a pattern for a list of dicts (as
+    BFCL's checker reads them for dict and list-of-dict parameters), anything else a literal."""
     for option in options:
-        if _element_matches(value, option):
-            return True
-        if (
-            isinstance(option, list)
-            and isinstance(value, list)
-            and len(value) == len(option)
-            and any(_is_pattern(item) for item in option)
-            and all(_element_matches(v, o) for v, o in zip(value, option))
-        ):
+        if _is_pattern(option):
+            if _pattern_matches(value, option):
+                return True
+        elif _is_pattern_list(option):
+            if _patterns_match(value, option):
+                return True
+        elif values_equal(value, option):
             return True
     return False
 
 
-def _params_match(arguments: Mapping[str, Any], possible: Mapping[str, list[Any]]) -> bool:
+def _answer_type(options: Sequence[Any]) -> type | None:
+    """BFCL's type of a list of acceptable values: that of the first one that is not ``""``."""
+    return next((type(option) for option in options if option != ""), None)
+
+
+def _item_type_ok(item: Any, option: Any, item_kind: type) -> bool:
+    # BFCL's nested type_checker: the item has the schema's item type, or the type of the
+    # option's first element (BFCL's "variable" case); never int for float.
+    return type(item) is item_kind or type(item) is _answer_type(option)
+
+
+def _declared_accepts(value: Any, options: list[Any], declared: ParameterSchema) -> bool:
+    """BFCL's ``simple_function_checker`` for one Python argument, with exact values.
+
+    The type check is BFCL's (``type_checker``): an int for a float parameter counts as a float
+    (the only number conversion, at the top level), then the value must have the declared type
+    (and an array's items the item type, one level deep, against at least one acceptable list)
+    or the type of the first acceptable value (BFCL's "variable"). The value check is BFCL's
+    dispatch by declared type (dict: pattern, list of dicts: patterns, otherwise a listed value)
+    with the reward's exact equality instead of BFCL's normalised strings and Python ``==``.
+    """
+    kind = declared.kind
+    written = value  # compared as written: an integer answer (BFCL has some) needs an integer
+    if kind is float and type(value) is int:
+        value = float(value)
+    answer_type = _answer_type(options)
+    if type(value) is kind:
+        variable = answer_type is not None and answer_type is not kind
+        if declared.item_kind is not None and not any(
+            type(option) is not list
+            or all(_item_type_ok(item, option, declared.item_kind) for item in value)
+            for option in options
+        ):
+            return False
+    elif answer_type is not None and type(value) is answer_type:
+        variable = True
+    else:
+        return False
+    if not variable and kind is dict:
+        return any(_pattern_matches(value, option) for option in options)
+    if not variable and kind is list and declared.item_kind is dict:
+        return any(_patterns_match(value, option) for option in options)
+    # BFCL: the (converted) value is among the options; the reward: also exactly as written.
+    return any(values_equal(written, option) and value == option for option in options)
+
+
+def _params_match(
+    arguments: Mapping[str, Any],
+    possible: Mapping[str, list[Any]],
+    schema: FunctionSchema | None = None,
+) -> bool:
+    """A call's arguments against a BFCL possible answer, under the function's schema if known."""
+    declared = schema.parameters if schema is not None else None
     if any(key not in possible for key in arguments):
         return False  # a parameter the ground truth does not know
+    if declared is not None and any(key not in declared for key in arguments):
+        return False  # BFCL: a parameter the schema does not define
+    if schema is not None and any(key not in arguments for key in schema.required):
+        return False  # BFCL: a required parameter omitted, whatever the ground truth allows
     for key, options in possible.items():
-        if key in arguments:
-            if not _acceptable(arguments[key], options):
+        if key not in arguments:
+            if "" not in options:
+                return False  # a parameter the ground truth does not let be omitted
+            continue
+        parameter = declared.get(key) if declared is not None else None
+        if parameter is not None and parameter.kind is not None:
+            if not _declared_accepts(arguments[key], options, parameter):
                 return False
-        elif "" not in options:
-            return False  # required parameter omitted
+        elif not _acceptable(arguments[key], options):
+            return False
     return True
 
 
-def _call_matches(call: Mapping[str, Any], spec: tuple[str, str, Any]) -> bool:
+def _exact_match(
+    arguments: Mapping[str, Any], expected: Mapping[str, Any], schema: FunctionSchema | None
+) -> bool:
+    """Exact arguments; an int for a float argument only where the schema does not declare
+    another type (BFCL converts int to float for float parameters only)."""
+    if arguments.keys() != expected.keys():
+        return False
+    declared = schema.parameters if schema is not None else None
+    for key, value in arguments.items():
+        parameter = declared.get(key) if declared is not None else None
+        int_for_float = parameter is None or parameter.kind in (None, float)
+        if not values_equal(value, expected[key], int_for_float=int_for_float):
+            return False
+    return True
+
+
+def _call_matches(
+    call: Mapping[str, Any],
+    spec: tuple[str, str, Any],
+    schemas: Mapping[str, FunctionSchema] | None = None,
+) -> bool:
     kind, name, expected = spec
     if call["name"] != name:
         return False
+    schema = schemas.get(name) if schemas else None
     if kind == "exact":
-        return values_equal(call["arguments"], expected)
-    return _params_match(call["arguments"], expected)
+        return _exact_match(call["arguments"], expected, schema)
+    return _params_match(call["arguments"], expected, schema)
 
 
-def _perfect_matching(calls: list[dict[str, Any]], specs: list[tuple[str, str, Any]]) -> int:
+def _perfect_matching(
+    calls: list[dict[str, Any]],
+    specs: list[tuple[str, str, Any]],
+    schemas: Mapping[str, FunctionSchema] | None = None,
+) -> int:
     """Size of a maximum matching call <-> spec (Kuhn's algorithm; lists are a few items)."""
-    edges = [[j for j, spec in enumerate(specs) if _call_matches(call, spec)] for call in calls]
+    edges = [
+        [j for j, spec in enumerate(specs) if _call_matches(call, spec, schemas)] for call in calls
+    ]
     owner = [-1] * len(specs)
 
     def augment(i: int, seen: list[bool]) -> bool:
@@ -374,12 +655,17 @@ def _perfect_matching(calls: list[dict[str, Any]], specs: list[tuple[str, str, A
 
 
 # ---------------------------------------------------------------------------- reward
-def score_details(solution_str: str, ground_truth: Any) -> dict[str, Any]:
+def score_details(
+    solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``{"score", "format_ok", "reason", "num_calls"}`` for debugging and metrics.
 
-    Raises ValueError only for a malformed ground truth (a data error, not the model's).
+    ``extra_info["tools"]`` (optional) are the functions' schemas: with them a BFCL answer is
+    checked as BFCL's checker does (required parameters, declared types). Raises ValueError only
+    for a malformed ground truth or tools (a data error, not the model's).
     """
     specs = normalize_ground_truth(ground_truth)
+    schemas = _schemas_of(extra_info)
     try:
         calls = parse_tool_calls(solution_str)
     except ToolCallFormatError as error:
@@ -387,7 +673,7 @@ def score_details(solution_str: str, ground_truth: Any) -> dict[str, Any]:
     details = {"score": 0.0, "format_ok": True, "num_calls": len(calls)}
     if len(calls) != len(specs):
         reason = f"expected {len(specs)} call(s), got {len(calls)}"
-    elif _perfect_matching(calls, specs) != len(specs):
+    elif _perfect_matching(calls, specs, schemas) != len(specs):
         names = sorted(call["name"] for call in calls)
         reason = f"calls {names} do not match the ground truth"
     else:
@@ -400,9 +686,12 @@ def score_details(solution_str: str, ground_truth: Any) -> dict[str, Any]:
 def compute_score(
     solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
 ) -> float:
-    """1.0 when the response's format is exact and its calls equal the ground truth, else 0.0."""
-    del extra_info  # accepted for verl's reward signature; the score needs nothing from it
-    return float(score_details(solution_str, ground_truth)["score"])
+    """1.0 when the response's format is exact and its calls equal the ground truth, else 0.0.
+
+    ``extra_info["tools"]``, when the row has it, makes the schema's ``required`` and declared
+    types count as in BFCL's checker; without it the ground truth alone decides.
+    """
+    return float(score_details(solution_str, ground_truth, extra_info)["score"])
 
 
 # ---------------------------------------------------------------------------- BFCL's own verdict

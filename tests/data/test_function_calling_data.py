@@ -74,7 +74,7 @@ def test_xlam(xlam_file, tmp_path):
     assert row["prompt"][0]["content"].startswith(DEFAULT_SYSTEM_PROMPT + "\n\n# Tools")
     assert row["reward_model"]["style"] == "rule"
     assert row["extra_info"]["split"] == "train" and row["extra_info"]["source_format"] == "xlam"
-    assert json.loads(row["extra_info"]["tools"])[0]["function"]["name"] == "get_weather"
+    assert json.loads(row["extra_info"]["tools"])[0]["name"] == "get_weather"  # no OpenAI wrapper
     assert [r["extra_info"]["index"] for r in train] == list(range(27))
     all_rows = train + read_rows(out / "test.parquet")
     assert sorted(int(r["extra_info"]["source_id"]) for r in all_rows) == list(range(30))
@@ -155,7 +155,7 @@ def test_bfcl(bfcl_dir, tmp_path):
     )
     assert summary["rows_valid"] == 8 and "no possible answer" in summary["first_rejects"][0]
     rows = read_rows(tmp_path / "s" / "train.parquet")
-    tool = json.loads(rows[0]["extra_info"]["tools"])[0]["function"]
+    tool = json.loads(rows[0]["extra_info"]["tools"])[0]
     assert tool["parameters"]["type"] == "object"
     assert tool["parameters"]["properties"]["height"]["type"] == "number"
     for r in rows:

@@ -238,7 +238,9 @@ def test_bad_ground_truth_is_an_error(truth, match):
 
 
 def test_values_equal():
-    assert values_equal(1, 1.0) and values_equal({"a": [1]}, {"a": [1.0]})
+    assert values_equal(1, 1.0) and values_equal({"a": [1.0]}, {"a": [1.0]})
+    assert not values_equal({"a": [1]}, {"a": [1.0]})  # int for float only at the top level
+    assert not values_equal(1, 1.0, int_for_float=False)
     assert not values_equal(True, 1) and not values_equal("1", 1) and not values_equal(None, 0)
     assert not values_equal(float("nan"), float("nan"))
 
@@ -347,8 +349,10 @@ def test_list_of_dict_entries_of_bfcl_are_winnable():
         (5, 5.0, True),  # a float answer accepts the integer (BFCL converts int to float)
         (5.5, 5.5, True),
         ([1, 2.0], [1, 2], False),
-        ([1, 2], [1.0, 2.0], True),
+        ([1, 2], [1.0, 2.0], False),  # BFCL type-checks list items: no int for float inside
+        ([1.0, 2.0], [1.0, 2.0], True),
         ({"n": 3.0}, {"n": 3}, False),
+        ({"n": 3}, {"n": 3.0}, False),
         (True, 1, False),
         (1, True, False),
     ],
@@ -388,6 +392,13 @@ def _has_int(value) -> bool:
     return False
 
 
+def _pattern_shaped(value) -> bool:
+    def pattern(item) -> bool:
+        return isinstance(item, dict) and all(isinstance(v, list) for v in item.values())
+
+    return pattern(value) or (isinstance(value, list) and bool(value) and all(map(pattern, value)))
+
+
 def _floats(value):
     if isinstance(value, bool) or not isinstance(value, (int, dict, list)):
         return value
@@ -405,7 +416,13 @@ def test_a_rendered_call_scores_one_and_floats_only_match_floats(arguments):
     writing every integer as a float scores 0 exactly when the truth holds an integer."""
     text = response(call("f", **arguments))
     assert compute_score(text + "<|im_end|>", [{"name": "f", "arguments": arguments}]) == 1.0
-    assert compute_score(text, [{"f": {k: [v] for k, v in arguments.items()}}]) == 1.0
+    # In BFCL's form a dict of lists (or a list of them) is a pattern, not a literal, as BFCL's
+    # checker reads it for a dict (list-of-dict) parameter.
+    literal = {k: v for k, v in arguments.items() if not _pattern_shaped(v)}
+    assert (
+        compute_score(response(call("f", **literal)), [{"f": {k: [v] for k, v in literal.items()}}])
+        == 1.0
+    )
     floated = response(call("f", **_floats(arguments)))
     expected = 0.0 if _has_int(arguments) else 1.0
     assert compute_score(floated, [{"name": "f", "arguments": arguments}]) == expected
