@@ -4,7 +4,9 @@ They print tables for the README; numbers are not checked here (timings are neve
 only that every section is produced without an error.
 """
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,23 @@ def test_sandbox_benchmark_runs_every_variant():
     for row in ("plain `subprocess.run", "`Sandbox.run`, no namespaces", "`hybrid.compute_score`"):
         assert row in result.stdout, row
     assert "Math route" in result.stdout
+
+
+def test_bfcl_agreement_benchmark_runs_on_a_few_entries():
+    """Convert, render, judge both ways on 3 entries of 2 categories; never looser than BFCL."""
+    # find_spec, not an import: BFCL's checker takes ~5 s to import, in the benchmark's process
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    if not in_ci and importlib.util.find_spec("bfcl_eval") is None:
+        pytest.skip("bfcl-eval is not installed (optional extra bfcl)")
+    result = run_benchmark(
+        "bfcl_agreement.py", "--categories", "simple_python", "parallel", "--max-entries", "3"
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "6 entries converted by `entropyrl prepare fc --format bfcl`" in result.stdout
+    modes = ("the row (verl's path)", "BFCL's unmodified answer", "the row's ground truth")
+    for mode in modes:
+        row = next(line for line in result.stdout.splitlines() if line.startswith(f"| {mode}"))
+        candidates, both_1, both_0, looser, stricter = map(int, row.strip("|").split("|")[1:])
+        assert looser == 0 and both_1 > 0 and both_0 > 0
+        assert candidates == both_1 + both_0 + looser + stricter
+    assert "Correct answers not scored 1 by both: 0" in result.stdout
