@@ -1,17 +1,37 @@
-"""Check our `algorithm.*` sections where verl checks its config: in the driver, before Ray.
+"""Check a run's config where verl checks its own: in the driver, before Ray.
 
 `python -m verl.trainer.main_ppo` calls `verl.utils.config.validate_config` before `ray.init`.
 The plugin wraps that function (imported by `main_ppo` after `import verl` has loaded the
-plugin), so a misspelt key such as `algorithm.clip_schedule.treshold` stops the run at once with
-a message naming it, instead of after Ray, TransferQueue and the workers have started. The
-entropy-aware trainer validates again when it is built (a run started another way).
+plugin) so that two kinds of mistakes stop the run at once instead of after Ray, TransferQueue,
+the workers, the rollout and the log-prob passes have run:
+
+- an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
+  `algorithm.clip_schedule.treshold`;
+- a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
+  that does not divide a rank's share of the mini-batch on this layout.
+
+Under Hydra's command line each problem is one line on stderr and the process exits with 2 (no
+traceback: Hydra prints its full one when `HYDRA_FULL_ERROR=1` is set, and then so do we).
+Called from Python, the same problems raise `ConfigRefusal`. The entropy-aware trainer checks
+the algorithm sections again when it is built (a run started another way).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
-from entropyrl.specs import algorithm_specs
+from entropyrl.specs import SpecError, algorithm_specs
+
+
+class ConfigRefusal(ValueError):
+    """The config cannot run; `problems` holds one line per reason, each with its fix."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 def check_algorithm(config: Any) -> None:
@@ -20,17 +40,61 @@ def check_algorithm(config: Any) -> None:
     algorithm_specs(algorithm)
 
 
+def config_problems(
+    config: Any, *, use_reference_policy: bool, use_critic: bool = False
+) -> list[str]:
+    """Every reason this config cannot train, one line each (empty when it can)."""
+    from entropyrl.verl.geometry import geometry_problems
+
+    problems = []
+    try:
+        check_algorithm(config)
+    except SpecError as error:
+        problems.append(str(error))
+    problems += geometry_problems(
+        config, use_reference_policy=use_reference_policy, use_critic=use_critic
+    )
+    return problems
+
+
+def refuse(problems: Sequence[str]) -> None:
+    """Stop for `problems`: one line each and exit 2 under Hydra's CLI, else ConfigRefusal."""
+    if not problems:
+        return
+    if _hydra_command_line() and not os.environ.get("HYDRA_FULL_ERROR"):
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    raise ConfigRefusal(problems)
+
+
+def _hydra_command_line() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+    except ImportError:
+        return False
+    return HydraConfig.initialized()
+
+
 def install() -> None:
-    """Make verl's `validate_config` check our algorithm sections too (idempotent)."""
+    """Make verl's `validate_config` check our sections and the batch geometry too (idempotent)."""
     from verl.utils import config as verl_config
 
     original = verl_config.validate_config
     if getattr(original, "_entropyrl", False):
         return
 
-    def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
-        check_algorithm(config)
-        return original(config, *args, **kwargs)
+    def validate_config(
+        config: Any, use_reference_policy: bool = False, use_critic: bool = False, **kwargs: Any
+    ) -> Any:
+        refuse(
+            config_problems(
+                config, use_reference_policy=use_reference_policy, use_critic=use_critic
+            )
+        )
+        return original(
+            config, use_reference_policy=use_reference_policy, use_critic=use_critic, **kwargs
+        )
 
     validate_config.__wrapped__ = original
     validate_config.__doc__ = original.__doc__

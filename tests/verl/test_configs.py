@@ -160,15 +160,15 @@ def test_chair_recipe_agrees_with_the_spec_and_the_actor(compose):
     assert overridden.actor_rollout_ref.actor.clip_ratio_high == 0.25
 
 
-def test_misspelt_key_fails_in_the_driver_before_ray(tmp_path, repo_root):
-    """verl's main_ppo validates before `ray.init`; a misspelt key stops it there."""
+def _main_ppo(repo_root, tmp_path, *overrides: str, env=None):
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ)
-    env["RAY_ADDRESS"] = "127.0.0.1:1"  # nothing to connect to: reaching Ray would hang or fail
-    result = subprocess.run(
+    full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    full_env["RAY_ADDRESS"] = "127.0.0.1:1"  # nothing to connect to: reaching Ray would fail
+    full_env.update(env or {})
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -177,15 +177,54 @@ def test_misspelt_key_fails_in_the_driver_before_ray(tmp_path, repo_root):
             str(repo_root / "configs"),
             "--config-name",
             "chair_mscoco",
-            "+algorithm.clip_schedule.treshold=0.1",
+            *overrides,
             f"hydra.run.dir={tmp_path}",
         ],
         capture_output=True,
         text=True,
-        env=env,
+        env=full_env,
         timeout=300,
     )
-    assert result.returncode != 0
-    assert "algorithm.clip_schedule: unknown key 'treshold'" in result.stderr
-    assert "accepted: enable, rule, low, high, threshold" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ("+algorithm.clip_schedule.treshold=0.1",),
+            "error: algorithm.clip_schedule: unknown key 'treshold'; accepted: enable, rule, low, "
+            "high, threshold, direction, neutral, saturation, temperature",
+        ),
+        (
+            ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",),
+            "error: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 does not divide the "
+            "80 rows each of 8 rank(s) gets per mini-batch (128 prompts x n=5 / 8); use 1, 2, 4, 5, "
+            "8 or 10",
+        ),
+    ],
+)
+def test_a_config_that_cannot_run_stops_main_ppo_in_one_line(
+    tmp_path, repo_root, overrides, expected
+):
+    """verl's main_ppo validates before `ray.init`; the plugin's checks stop it there, one line
+    each, exit 2, no traceback (HYDRA_FULL_ERROR=1 gives the full one)."""
+    result = _main_ppo(repo_root, tmp_path, *overrides)
+    assert result.returncode == 2
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [expected]
+    assert "Traceback" not in result.stderr
     assert "ray init kwargs" not in result.stdout
+    full = _main_ppo(repo_root, tmp_path, *overrides, env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1
+    assert "Traceback" in full.stderr and "ConfigRefusal" in full.stderr
+
+
+def test_validate_config_raises_when_called_from_python(compose):
+    from verl.utils.config import validate_config
+
+    from entropyrl.verl.validation import ConfigRefusal
+
+    config = compose("chair_mscoco", ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
+    with pytest.raises(ConfigRefusal) as refusal:
+        validate_config(config, use_reference_policy=True, use_critic=False)
+    (problem,) = refusal.value.problems
+    assert problem.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 does not")
