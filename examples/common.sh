@@ -12,6 +12,7 @@ ER_PYTHON="${PYTHON:-python3}"
 ER_DRY_RUN="${DRY_RUN:-0}"
 ER_SMOKE=0
 ER_SMOKE_OUT=""
+ER_SMOKE_TASK=""
 ER_RANKS=1
 ER_ARGS=()
 ER_SMOKE_OVERRIDES=()
@@ -56,22 +57,54 @@ er_parse_args() {
 er_dry_run() { [ "$ER_DRY_RUN" = "1" ]; }
 er_smoke() { [ "$ER_SMOKE" = "1" ]; }
 
-# --smoke: build (or reuse) the tiny model and data, then load the run's environment
-# (DATA_DIR, MODEL_PATH, VERL_PLATFORM=cpu, thread counts, the metrics file) and its
-# overrides (ER_SMOKE_OVERRIDES). er_smoke_prepare TASK DEFAULT_OUT
-er_smoke_prepare() {
+# --smoke, before anything else: the run's folder, environment (DATA_DIR, MODEL_PATH,
+# VERL_PLATFORM=cpu, thread counts, the metrics file) and overrides (ER_SMOKE_OVERRIDES), with
+# the asset folder named but not built yet. er_smoke_plan TASK DEFAULT_OUT
+er_smoke_plan() {
   local task="$1" default_out="$2"
+  ER_SMOKE_TASK="$task"
   ER_SMOKE_OUT="${ER_SMOKE_OUT:-$default_out}"
   mkdir -p "$ER_SMOKE_OUT"
   ER_SMOKE_OUT="$(cd "$ER_SMOKE_OUT" && pwd)"
   er_require_verl
-  echo "smoke: preparing the tiny model and data in $ER_SMOKE_OUT (reused when present)" >&2
-  "$ER_PYTHON" -m entropyrl.verl.smoke prepare "$task" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS" \
-    || er_fail "could not prepare the smoke run (see the message above)"
+  "$ER_PYTHON" -m entropyrl.verl.smoke plan "$task" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS" \
+    || er_fail "could not plan the smoke run (see the message above)"
   # shellcheck disable=SC1091
   source "$ER_SMOKE_OUT/smoke.env"
   mapfile -t ER_SMOKE_OVERRIDES <"$ER_SMOKE_OUT/overrides.txt"
   ER_N_GPUS="$ER_RANKS"
+}
+
+# --smoke, once the config passed its checks: build (or reuse) the tiny model and data.
+er_smoke_build() {
+  er_dry_run && return 0
+  echo "smoke: preparing the tiny model and data in $ER_SMOKE_OUT (reused when present)" >&2
+  "$ER_PYTHON" -m entropyrl.verl.smoke build "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" \
+    --ranks "$ER_RANKS" || er_fail "could not prepare the smoke run (see the message above)"
+}
+
+# Before anything starts (the CHAIR service, Ray, a smoke's asset build): compose CONFIG with
+# the overrides the training command will get (a smoke's first) and stop, one line per problem,
+# on what could not run: unknown algorithm keys, a batch geometry verl would assert on, and on
+# GPU runs a missing flash-attn or vLLM, too few GPUs, a checkpoint folder not shared between
+# nodes. A dry run prints how a step is split. Sets ER_NNODES and ER_CHECKPOINT_DIR.
+# er_preflight CONFIG OVERRIDES...
+er_preflight() {
+  local config="$1" mode=gpu env_file status=0
+  shift
+  er_smoke && mode=smoke
+  local flags=(--mode "$mode")
+  er_dry_run && flags+=(--dry-run)
+  env_file="$(mktemp "${TMPDIR:-/tmp}/entropyrl_preflight.XXXXXX")"
+  "$ER_PYTHON" -m entropyrl.verl.preflight "$config" "${flags[@]}" --env-out "$env_file" -- \
+    "${ER_SMOKE_OVERRIDES[@]}" "$@" || status=$?
+  if [ "$status" != 0 ]; then
+    rm -f "$env_file"
+    exit "$status"
+  fi
+  # shellcheck disable=SC1090
+  source "$env_file"
+  rm -f "$env_file"
 }
 
 # --smoke: check DIR/metrics.jsonl after the run. er_smoke_check TASK
@@ -121,9 +154,9 @@ er_run() {
   fi
 }
 
-# At least one NVIDIA GPU visible. Sets ER_GPUS_HERE (what nvidia-smi lists; 0 without it),
-# ER_N_GPUS (GPUs per node: N_GPUS, else ER_GPUS_HERE) and ER_N_GPUS_FROM (where that came from).
-er_require_gpu() {
+# The GPUs this process can use: what nvidia-smi lists, cut to CUDA_VISIBLE_DEVICES when it is
+# set (CUDA stops at the first empty or negative entry). Sets ER_GPUS_HERE and ER_GPUS_SEEN.
+er_count_gpus() {
   ER_GPUS_HERE=0
   if command -v nvidia-smi >/dev/null 2>&1; then
     ER_GPUS_HERE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true)"
@@ -132,18 +165,44 @@ er_require_gpu() {
   else
     ER_GPUS_SEEN="nvidia-smi not found"
   fi
+  if [ "${CUDA_VISIBLE_DEVICES+set}" = set ]; then
+    local visible=0 device devices
+    IFS=',' read -r -a devices <<<"$CUDA_VISIBLE_DEVICES"
+    for device in "${devices[@]}"; do
+      case "$device" in '' | -*) break ;; esac
+      visible=$((visible + 1))
+    done
+    [ "$visible" -lt "$ER_GPUS_HERE" ] && ER_GPUS_HERE="$visible"
+    ER_GPUS_SEEN="$ER_GPUS_SEEN, CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES leaves $ER_GPUS_HERE"
+  fi
+}
+
+# At least one NVIDIA GPU visible. Sets ER_GPUS_HERE, ER_N_GPUS (GPUs per node: N_GPUS, else
+# ER_GPUS_HERE) and ER_N_GPUS_FROM (where that came from). A dry run on a machine without GPUs
+# plans for the config's own GPUs per node (ER_N_GPUS empty: no override).
+er_require_gpu() {
+  er_count_gpus
   if [ -n "${N_GPUS:-}" ]; then
     ER_N_GPUS="$N_GPUS"
     ER_N_GPUS_FROM="N_GPUS=$N_GPUS"
-  else
+  elif [ "$ER_GPUS_HERE" -ge 1 ]; then
     ER_N_GPUS="$ER_GPUS_HERE"
-    ER_N_GPUS_FROM="the GPUs this machine shows ($ER_GPUS_SEEN)"
+    ER_N_GPUS_FROM="the GPUs this process sees ($ER_GPUS_SEEN)"
+  else
+    ER_N_GPUS=""
+    ER_N_GPUS_FROM="the config (no GPU here: $ER_GPUS_SEEN; N_GPUS=... plans another layout)"
   fi
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     er_fail "nvidia-smi not found: verl training needs NVIDIA GPUs (and vLLM: pip install 'verl[vllm]==0.9.1')"
   elif [ "$ER_GPUS_HERE" -lt 1 ]; then
-    er_fail "nvidia-smi lists no GPU"
+    er_fail "no GPU visible ($ER_GPUS_SEEN)"
   fi
+}
+
+# The overrides that set GPUs per node, if any: "trainer.n_gpus_per_node=N" or nothing.
+er_gpus_override() {
+  [ -n "${ER_N_GPUS:-}" ] && printf '%s\n' "trainer.n_gpus_per_node=$ER_N_GPUS"
+  return 0
 }
 
 # The value of the last KEY=VALUE (or +KEY=, ++KEY=) among the arguments, as Hydra applies
@@ -166,23 +225,17 @@ er_note_no_gpu() {
   echo "# dry-run: no GPU on this machine (${ER_GPUS_SEEN:-nvidia-smi not run}): $1 needs NVIDIA GPUs and would stop at once here.${hint:+ $hint}" >&2
 }
 
-# Dry run: the resources a training command would take (nodes x GPUs per node, each with where
-# it comes from: an override, N_GPUS, nvidia-smi) and, plainly, when this machine has no GPU.
-# Lines on stderr, so stdout stays the commands. er_report_resources COMMAND...
+# Dry run: the resources a training command would take (nodes x GPUs per node, from the composed
+# config: ER_NNODES and ER_GPUS_PER_NODE, set by er_preflight) and where the GPUs per node come
+# from, and plainly when this machine has no GPU. Lines on stderr, so stdout stays the commands.
 er_report_resources() {
   er_dry_run || return 0
   if er_smoke; then
     echo "# dry-run: resources: $ER_RANKS rank(s) on this machine's CPU (smoke run: no GPU needed)" >&2
     return 0
   fi
-  local nodes nodes_from per_node per_node_from asked total here="${ER_GPUS_HERE:-0}"
-  nodes="$(er_override_value trainer.nnodes "$@")"
-  nodes_from="trainer.nnodes=$nodes"
-  if [ -z "$nodes" ]; then
-    nodes=1
-    nodes_from="the config's trainer.nnodes"
-  fi
-  per_node="$(er_override_value trainer.n_gpus_per_node "$@")"
+  local nodes="${ER_NNODES:-?}" per_node="${ER_GPUS_PER_NODE:-?}" per_node_from asked total
+  local here="${ER_GPUS_HERE:-0}"
   asked="$(er_override_value trainer.n_gpus_per_node "${ER_ARGS[@]}")"
   if [ -n "$asked" ]; then
     per_node_from="trainer.n_gpus_per_node=$asked"
@@ -194,12 +247,30 @@ er_report_resources() {
     '' | *[!0-9]*) ;;
     *) total=$((nodes * per_node)) ;;
   esac
-  echo "# dry-run: resources: $nodes node(s) x ${per_node:-?} GPU(s) per node = $total GPU(s) (nodes: $nodes_from; GPUs per node: $per_node_from)" >&2
+  echo "# dry-run: resources: $nodes node(s) x $per_node GPU(s) per node = $total GPU(s) (GPUs per node: $per_node_from)" >&2
   if [ "$here" -lt 1 ]; then
     er_note_no_gpu "the training command"
-  elif [ -n "$per_node" ] && [ "$per_node" -eq "$per_node" ] 2>/dev/null && [ "$per_node" -gt "$here" ]; then
+  elif [ "$per_node" -eq "$per_node" ] 2>/dev/null && [ "$per_node" -gt "$here" ]; then
     echo "# dry-run: this machine shows $here GPU(s), fewer than the $per_node per node asked for" >&2
   fi
+}
+
+# This node's address as other nodes see it (the first that `hostname -I` lists).
+er_node_address() {
+  local address
+  address="$(hostname -I 2>/dev/null | awk '{print $1}')"
+  if [ -z "$address" ]; then
+    address="$("$ER_PYTHON" -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')"
+  fi
+  printf '%s' "$address"
+}
+
+# True for an address only this machine reaches (127.0.0.0/8, ::1, localhost).
+er_loopback() {
+  case "$1" in
+    127.* | ::1 | localhost) return 0 ;;
+    *) return 1 ;;
+  esac
 }
 
 # A file that must exist: er_require_file PATH "what it is and how to make it".
@@ -220,7 +291,7 @@ import sys
 from huggingface_hub import snapshot_download
 snapshot_download(sys.argv[1], local_files_only=True)
 EOF
-    er_fail "model $model is neither a local folder nor in the Hugging Face cache (download it first: huggingface-cli download $model, or set MODEL_PATH to a local folder)"
+    er_fail "model $model is neither a local folder nor in the Hugging Face cache (download it first: hf download $model, or set MODEL_PATH to a local folder)"
   fi
 }
 
@@ -252,21 +323,27 @@ er_fc_main() {
   shift
   er_parse_args "$@"
   if er_smoke; then
-    er_smoke_prepare function-calling "runs/${config}_smoke"
+    er_smoke_plan function-calling "runs/${config}_smoke"
   fi
   MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
   DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
   er_smoke || er_require_gpu
+  local overrides=(
+    "data.train_files=$DATA_DIR/train.parquet"
+    "data.val_files=$DATA_DIR/test.parquet"
+    "actor_rollout_ref.model.path=$MODEL_PATH"
+  )
+  mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
+  overrides+=("${ER_ARGS[@]}")
+  er_preflight "$config" "${overrides[@]}"
+  if er_smoke; then
+    er_smoke_build
+  fi
   er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare fc --format xlam --input xlam_function_calling_60k.json --out $DATA_DIR"
   er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
   er_require_model "$MODEL_PATH"
   er_dry_run || er_require_plugin
-  er_train_cmd "$config" \
-    "data.train_files=$DATA_DIR/train.parquet" \
-    "data.val_files=$DATA_DIR/test.parquet" \
-    "actor_rollout_ref.model.path=$MODEL_PATH" \
-    "trainer.n_gpus_per_node=$ER_N_GPUS" \
-    "${ER_ARGS[@]}"
+  er_train_cmd "$config" "${overrides[@]}"
   er_run "${ER_CMD[@]}"
   if er_smoke; then
     er_smoke_check function-calling

@@ -20,21 +20,29 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 er_parse_args "$@"
 if er_smoke; then
-  er_smoke_prepare mixed runs/egpo_ratio_mixed_smoke
+  er_smoke_plan mixed runs/egpo_ratio_mixed_smoke
 fi
+
 MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
 DATA_DIR="${DATA_DIR:-$ER_ROOT/data/mixed_debug}"
+
 er_smoke || er_require_gpu
+overrides=(
+  "data.train_files=$DATA_DIR/train.parquet"
+  "data.val_files=$DATA_DIR/val.parquet"
+  "actor_rollout_ref.model.path=$MODEL_PATH"
+)
+mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
+overrides+=("${ER_ARGS[@]}")
+er_preflight egpo_ratio_mixed "${overrides[@]}"
+if er_smoke; then
+  er_smoke_build
+fi
 er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare mixed-debug --out $DATA_DIR"
 er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare mixed-debug"
 er_require_model "$MODEL_PATH"
 er_dry_run || er_require_plugin
-er_train_cmd egpo_ratio_mixed \
-  "data.train_files=$DATA_DIR/train.parquet" \
-  "data.val_files=$DATA_DIR/val.parquet" \
-  "actor_rollout_ref.model.path=$MODEL_PATH" \
-  "trainer.n_gpus_per_node=$ER_N_GPUS" \
-  "${ER_ARGS[@]}"
+er_train_cmd egpo_ratio_mixed "${overrides[@]}"
 er_run "${ER_CMD[@]}"
 if er_smoke; then
   er_smoke_check mixed

@@ -14,6 +14,7 @@ COMMANDS = [
     ["-m", "entropyrl", "prepare", "fc", "--help"],
     ["-m", "entropyrl", "prepare", "mixed-debug", "--help"],
     ["-m", "entropyrl.verl.smoke", "--help"],
+    ["-m", "entropyrl.verl.preflight", "--help"],
     ["-m", "entropyrl", "doctor", "--help"],
     ["-m", "entropyrl.local.acceptance", "--help"],
     ["-m", "chair_server", "--help"],

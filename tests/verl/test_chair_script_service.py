@@ -1,7 +1,8 @@
 """examples/chair_mscoco.sh's CHAIR service: supervised, restarted on the same URL when killed
 mid-run, stopped with the script.
 
-The script runs for real up to the trainer; stand-ins replace only what needs a GPU machine:
+The script runs for real up to the trainer (its config checks included, with the overrides of a
+node without vLLM or flash-attn); stand-ins replace only what needs a GPU machine:
 `nvidia-smi`, the doctor check, and verl's trainer, which here kills the real service with
 SIGKILL, waits for it to answer again at the URL the script gave it, and records what it saw.
 """
@@ -53,6 +54,9 @@ os.kill(first, signal.SIGKILL)
 wait(lambda: services() not in ([], [first]) and healthy())
 (second,) = services()
 Path(record).write_text(json.dumps({"url": url, "first": first, "second": second}))
+# The supervisor logs the restart once its own health poll sees the new service, which can be
+# a moment after this process saw it: leave it that moment before the script stops it.
+time.sleep(3)
 """
 
 
@@ -102,8 +106,14 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
         "MODEL_PATH": str(model),
         "TMPDIR": str(temp),
     }
+    # What a GPU node without vLLM and flash-attn can run (the script checks both first).
+    overrides = [
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    ]
     result = subprocess.run(
-        ["bash", str(repo_root / "examples" / "chair_mscoco.sh")],
+        ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *overrides],
         capture_output=True,
         text=True,
         env=env,
@@ -119,3 +129,52 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
     assert "Traceback" not in result.stderr
     assert gone(second)  # the script's exit stopped the supervisor, which stopped the service
     assert list(temp.iterdir()) == []  # its work folder is removed
+
+
+def test_a_service_that_does_not_come_up_stops_the_run_unless_optional(repo_root, tmp_path) -> None:
+    """A multi-hour GPU run must not go on as plain GRPO by accident: no CHAIR service, no run,
+    unless CHAIR_OPTIONAL=1 asks for the documented fallback."""
+    data, model, bin_dir, temp = (tmp_path / n for n in ("data", "model", "bin", "tmp"))
+    for folder in (data, model, bin_dir, temp):
+        folder.mkdir()
+    for name in ("train.parquet", "val.parquet", "cider_df.json.gz"):
+        (data / name).write_bytes(b"")
+    (data / "chair_ground_truth.json").write_text("not json")  # the service cannot start
+    (model / "config.json").write_text("{}")
+    record = tmp_path / "trainer_ran"
+    write_executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100'\n")
+    python = write_executable(
+        tmp_path / "python",
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f'  *" verl.trainer.main_ppo "*) echo "$@" > "{record}"; exit 0 ;;\n'
+        '  *" entropyrl doctor "*) exit 0 ;;\n'
+        "esac\n"
+        f'exec "{sys.executable}" "$@"\n',
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": str(python),
+        "DATA_DIR": str(data),
+        "MODEL_PATH": str(model),
+        "TMPDIR": str(temp),
+        "CHAIR_TIMEOUT": "5",
+    }
+    overrides = [
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    ]
+    script = ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *overrides]
+    run = subprocess.run(script, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 2
+    assert "error: the CHAIR service did not come up within 5s" in run.stderr
+    assert "CHAIR_OPTIONAL=1 trains without it" in run.stderr
+    assert not record.exists()
+    optional = subprocess.run(
+        script, capture_output=True, text=True, env={**env, "CHAIR_OPTIONAL": "1"}, timeout=300
+    )
+    assert optional.returncode == 0, optional.stderr[-2000:]
+    assert "training continues without CHAIR scores (CHAIR_OPTIONAL=1)" in optional.stderr
+    assert "reward.custom_reward_function.reward_kwargs.chair_url=http://" in record.read_text()

@@ -88,3 +88,40 @@ def test_explain_keeps_unexpected_messages() -> None:
     assert "torchtitan" in out[0] and "no GPU visible" in out[0]
     assert out[1:] == ["  verl: verl.something: a real problem"]
     assert doctor.explain([]) == []
+
+
+def test_plain_doctor_points_to_the_recipe_check(report) -> None:
+    run = run_doctor(report)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "`entropyrl doctor --recipe chair_mscoco [overrides]`" in run.stdout
+
+
+def test_recipe_doctor_names_what_a_gpu_run_still_needs_here(report) -> None:
+    """On this CPU machine: no vLLM, no flash-attn, no GPU, no COCO data, no model: one line
+    each, and a non-zero exit; the config itself passes."""
+    run = run_doctor(report, "--recipe", "chair_mscoco")
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert "ok      config: algorithm settings and batch geometry" in lines
+    problems = [line for line in lines if line.startswith("PROBLEM")]
+    assert any(line.startswith("PROBLEM stack: vllm is not installed") for line in problems)
+    assert any(line.startswith("PROBLEM stack: flash-attn: not installed") for line in problems)
+    assert any(line.startswith("PROBLEM gpus: GPUs: none visible") for line in problems)
+    assert any("data.train_files: data/coco/train.parquet not found" in p for p in problems)
+    assert lines[-1] == f"{len(problems)} problem(s): this run cannot start here as configured"
+    assert "Traceback" not in run.stderr and "UserWarning" not in run.stderr
+
+
+def test_recipe_doctor_takes_a_config_path_and_overrides(report) -> None:
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "chair_mscoco.yaml"
+    run = run_doctor(
+        report, "--recipe", str(recipe), "trainer.nnodes=8", "data.train_batch_size=64"
+    )
+    assert run.returncode == 1
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("PROBLEM config")]
+    assert line == (
+        "PROBLEM config: data.train_batch_size=64 is smaller than "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=128: a step must hold at least one mini-batch"
+    )

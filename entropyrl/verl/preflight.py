@@ -1,0 +1,497 @@
+"""What a launch script checks before it starts anything: the recipe as verl would compose it.
+
+    python -m entropyrl.verl.preflight CONFIG [--mode gpu|smoke] [--dry-run] [--env-out FILE]
+        -- OVERRIDE ...
+
+CONFIG is a recipe name (`configs/<name>.yaml`) or a path to a config file; the overrides are
+exactly those the training command will get. The config is composed with Hydra as
+`verl.trainer.main_ppo` composes it, then checked:
+
+- config (always refused): unknown or out-of-range `algorithm.*` keys and a batch geometry verl
+  would assert on later (`entropyrl.verl.geometry`), the same checks the plugin runs inside
+  `main_ppo`, here before the CHAIR service, Ray or a smoke's asset build start;
+- stack (GPU runs): verl, vLLM, torch and transformers against verl 0.9.1's pins, flash-attn
+  when the recipe's attention needs it (`stack_problems`);
+- layout (GPU runs): the GPUs this process sees against the config's `n_gpus_per_node`, and on
+  more than one node a checkpoint folder every node shares.
+
+Each problem is one line on stderr; the exit status is 2 when the run must not start. With
+`--dry-run` the split of a step is printed too, and environment problems are notes. `--env-out`
+writes what the launch script needs from the composed config (nodes, checkpoint folder) as
+shell assignments. `entropyrl doctor --recipe` runs the same checks and reports each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+SUPPORTED_VERL = "0.9.1"
+# Attention implementations verl's FSDP engine asks transformers for that need flash-attn.
+FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
+# verl 0.9.1 patches the Qwen2-VL / Qwen2.5-VL attention for remove-padding with
+# flash_attn_varlen_func (verl/models/transformers/qwen2_vl.py), whatever the implementation.
+FLASH_VARLEN_MODELS = ("qwen2_vl", "qwen2_5_vl")
+# Node-local file systems: a checkpoint folder there is not shared between nodes.
+LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "vfat", "ramfs"}
+)
+SHARED_OK_ENV = "CHECKPOINTS_SHARED"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict: `ok` False means the run cannot start as configured."""
+
+    check: str  # config | stack | gpus | inputs | nodes
+    ok: bool
+    line: str
+    # False: the run may still start (a version off verl's pins); launch scripts warn, the
+    # doctor reports it as a problem.
+    blocking: bool = True
+
+
+def config_path(recipe: str) -> Path:
+    """`configs/<recipe>.yaml` for a recipe name, else the path given (ValueError if neither)."""
+    path = Path(recipe)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.resolve()
+    named = REPO_CONFIGS / f"{recipe}.yaml"
+    if named.is_file():
+        return named
+    names = ", ".join(sorted(p.stem for p in REPO_CONFIGS.glob("*.yaml") if "common" not in p.stem))
+    raise ValueError(f"no recipe {recipe!r}: give one of {names} or a path to a .yaml config")
+
+
+def verl_config_dir() -> Path:
+    """verl's own config folder (`verl/trainer/config`), found without importing verl."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("verl is not installed: pip install 'verl[verl-core]==0.9.1'")
+    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+
+
+def compose_recipe(recipe: str, overrides: Sequence[str] = ()) -> Any:
+    """The config `python -m verl.trainer.main_ppo --config-path DIR --config-name NAME
+    OVERRIDES` trains with (Hydra's own composition; its `hydra.*` overrides do not matter).
+
+    The recipes find verl's config as `pkg://verl.trainer.config`, which imports verl (torch,
+    Ray, ...: seconds); the same folder is given here as a file path, so checking a config takes
+    well under a second (tests/verl/test_preflight.py: the same config either way)."""
+    from hydra import compose, initialize_config_dir
+
+    path = config_path(recipe)
+    job = [o for o in overrides if not o.lstrip("+~").startswith("hydra.")]
+    job.append(f"hydra.searchpath=[file://{verl_config_dir()}]")
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        return compose(config_name=path.stem, overrides=job)
+
+
+def run_roles(config: Any) -> tuple[bool, bool]:
+    """(reference policy, critic) as verl's `need_reference_policy` and `need_critic` decide
+    them (verl/trainer/ppo/utils.py), without importing verl (tested equal)."""
+    reference = bool(_select(config, "algorithm.use_kl_in_reward", False)) or bool(
+        _select(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+    critic = _select(config, "critic.enable")
+    if critic is None:
+        critic = _select(config, "algorithm.adv_estimator") == "gae"
+    return reference, bool(critic)
+
+
+def _select(config: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=default, throw_on_missing=False)
+    return default if value is None else value
+
+
+def config_findings(config: Any) -> list[Finding]:
+    """Algorithm settings and batch geometry: what the plugin refuses inside main_ppo."""
+    from entropyrl.verl.validation import config_problems
+
+    reference, critic = run_roles(config)
+    problems = config_problems(config, use_reference_policy=reference, use_critic=critic)
+    return [Finding("config", False, line) for line in problems]
+
+
+def _version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def verl_pins(extra: str = "vllm") -> dict[str, Any]:
+    """{package: SpecifierSet} that verl 0.9.1 requires with `extra` (and in its base)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    pins: dict[str, Any] = {}
+    for text in requires("verl") or ():
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if marker is None or marker.evaluate({"extra": extra}):
+            name = requirement.name.lower()
+            if name in pins:
+                pins[name] = pins[name] & requirement.specifier
+            else:
+                pins[name] = requirement.specifier
+    return pins
+
+
+def model_type(model_path: str) -> str | None:
+    """`model_type` of a local checkpoint's config.json, or a guess from a hub id."""
+    import json
+
+    config = Path(model_path) / "config.json"
+    if config.is_file():
+        try:
+            return str(json.loads(config.read_text()).get("model_type") or "") or None
+        except (OSError, ValueError):
+            return None
+    name = model_path.lower()
+    if "qwen2.5-vl" in name or "qwen2_5_vl" in name:
+        return "qwen2_5_vl"
+    if "qwen2-vl" in name:
+        return "qwen2_vl"
+    return None
+
+
+def attention_needs_flash(config: Any) -> str | None:
+    """Why this config needs the flash-attn package in the actor and reference (None: it
+    does not). vLLM brings its own kernels for the rollout."""
+    attention = _select(
+        config, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2"
+    )
+    if attention in FLASH_ATTENTION:
+        return (
+            f"the actor's attention is {attention} (verl's default; "
+            "actor_rollout_ref.model.override_config.attn_implementation)"
+        )
+    kind = model_type(str(_select(config, "actor_rollout_ref.model.path", "")))
+    if _select(config, "actor_rollout_ref.model.use_remove_padding", False) and (
+        kind in FLASH_VARLEN_MODELS
+    ):
+        return (
+            f"verl's remove-padding patch for {kind} calls flash_attn_varlen_func "
+            "(actor_rollout_ref.model.use_remove_padding=true)"
+        )
+    return None
+
+
+def stack_findings(config: Any) -> list[Finding]:
+    """verl, vLLM, torch, transformers and flash-attn as the GPU recipe needs them."""
+    from packaging.version import Version
+
+    findings = []
+    verl_version = _version("verl")
+    findings.append(
+        Finding(
+            "stack",
+            verl_version == SUPPORTED_VERL,
+            f"verl {verl_version or 'not installed'}"
+            + (
+                ""
+                if verl_version == SUPPORTED_VERL
+                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; "
+                f"pip install 'verl[vllm]=={SUPPORTED_VERL}'"
+            ),
+        )
+    )
+    rollout = _select(config, "actor_rollout_ref.rollout.name", "vllm")
+    pins = verl_pins("vllm" if rollout == "vllm" else "verl-core") if verl_version else {}
+    wanted = ["transformers"] + (["vllm", "torch"] if rollout == "vllm" else [])
+    for name in wanted:
+        found = _version(name)
+        spec = pins.get(name)
+        if found is None:
+            findings.append(
+                Finding(
+                    "stack",
+                    False,
+                    f"{name} is not installed (rollout '{rollout}'): pip install "
+                    f"'verl[vllm]=={SUPPORTED_VERL}' (verl's pin: {name}{_pin(spec)})",
+                )
+            )
+            continue
+        ok = spec is None or Version(found.split("+")[0]) in spec
+        pin = _pin(spec)
+        if ok:
+            line = f"{name} {found}" + (f" (verl {SUPPORTED_VERL} pins {name}{pin})" if pin else "")
+        else:
+            line = (
+                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; pip install "
+                f"'verl[vllm]=={SUPPORTED_VERL}' installs the tested stack"
+            )
+        findings.append(Finding("stack", ok, line, blocking=False))
+    why = attention_needs_flash(config)
+    if why is not None:
+        available = _flash_attn_importable()
+        findings.append(
+            Finding(
+                "stack",
+                available,
+                "flash-attn: "
+                + (
+                    "importable"
+                    if available
+                    else f"not installed, and {why}: MAX_JOBS=8 pip install flash-attn "
+                    "--no-build-isolation (after torch), or run without it: "
+                    "actor_rollout_ref.model.use_remove_padding=false "
+                    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+                ),
+            )
+        )
+    return findings
+
+
+def _pin(spec: Any) -> str:
+    """`==5.9.0` when the specifier pins one version, else the specifier ('' for none)."""
+    if spec is None:
+        return ""
+    exact = [str(item) for item in spec if item.operator == "=="]
+    return exact[0] if exact else str(spec)
+
+
+def _flash_attn_importable() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        return False
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # an install built for another torch or CUDA fails at import
+        return False
+    return True
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies), 0 without CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def gpu_findings(config: Any, visible: int | None = None) -> list[Finding]:
+    visible = visible_gpus() if visible is None else visible
+    per_node = int(_select(config, "trainer.n_gpus_per_node", 0))
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
+    if visible == 0:
+        return [
+            Finding(
+                "gpus",
+                False,
+                f"GPUs: none visible to this process{where}; the recipe asks for {per_node} "
+                "per node (trainer.n_gpus_per_node): run it on a GPU node, or on this machine "
+                "with --smoke",
+            )
+        ]
+    ok = visible >= per_node
+    return [
+        Finding(
+            "gpus",
+            ok,
+            f"GPUs: {visible} visible{where}, the recipe uses {per_node} per node"
+            + (
+                ""
+                if ok
+                else f": set trainer.n_gpus_per_node={visible} (or N_GPUS), or make more GPUs "
+                "visible"
+            ),
+        )
+    ]
+
+
+def input_findings(config: Any) -> list[Finding]:
+    """The data files and the policy model the run reads (training never downloads)."""
+    findings = []
+    for key in ("data.train_files", "data.val_files"):
+        value = _select(config, key)
+        files = [value] if isinstance(value, str) else list(value or [])
+        missing = [f for f in files if not Path(str(f)).is_file()]
+        findings.append(
+            Finding(
+                "inputs",
+                not missing,
+                f"{key}: "
+                + (
+                    ", ".join(map(str, files))
+                    if not missing
+                    else f"{', '.join(map(str, missing))} not found (entropyrl prepare ... "
+                    "writes it; give the path with DATA_DIR or the override)"
+                ),
+            )
+        )
+    model = str(_select(config, "actor_rollout_ref.model.path", ""))
+    local = Path(model).is_dir() and (Path(model) / "config.json").is_file()
+    cached = local or _in_hub_cache(model)
+    findings.append(
+        Finding(
+            "inputs",
+            cached,
+            f"model {model}: "
+            + (
+                "local folder"
+                if local
+                else "in the Hugging Face cache"
+                if cached
+                else f"neither a local folder nor in the Hugging Face cache (hf download {model}, "
+                "or MODEL_PATH=/a/local/folder)"
+            ),
+        )
+    )
+    return findings
+
+
+def _in_hub_cache(model: str) -> bool:
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(model, local_files_only=True)
+    except Exception:
+        return False
+    return True
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The type of the file system holding `path` (longest mount point of /proc/mounts)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    best, kind = "", None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (str(path) == point or str(path).startswith(point.rstrip("/") + "/")) and len(
+            point
+        ) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def node_findings(config: Any) -> list[Finding]:
+    """On more than one node: a checkpoint folder every node writes to and resumes from."""
+    nodes = int(_select(config, "trainer.nnodes", 1))
+    if nodes <= 1:
+        return []
+    folder = str(_select(config, "trainer.default_local_dir", ""))
+    key = "trainer.default_local_dir"
+    if not os.path.isabs(folder):
+        return [
+            Finding(
+                "nodes",
+                False,
+                f"{key}={folder} is relative: on {nodes} nodes each rank saves its shard under "
+                "its own working folder and no node can resume or merge the checkpoint; set "
+                f"{key} to an absolute folder every node mounts (NFS, Lustre, ...)",
+            )
+        ]
+    kind = filesystem_type(Path(folder))
+    shared_by_user = os.environ.get(SHARED_OK_ENV) == "1"
+    if kind in LOCAL_FILESYSTEMS and not shared_by_user:
+        return [
+            Finding(
+                "nodes",
+                False,
+                f"{key}={folder} is on this node's local disk ({kind}): on {nodes} nodes each "
+                "rank would save its shard on its own node and no node could resume or merge "
+                f"the checkpoint; set {key} to a folder every node mounts, or {SHARED_OK_ENV}=1 "
+                "if this one is shared another way",
+            )
+        ]
+    return [Finding("nodes", True, f"checkpoints: {folder} ({kind or 'unknown'} file system)")]
+
+
+def write_env(config: Any, path: Path) -> None:
+    """Shell assignments the launch script reads from the composed config."""
+    values = {
+        "ER_NNODES": str(int(_select(config, "trainer.nnodes", 1))),
+        "ER_GPUS_PER_NODE": str(int(_select(config, "trainer.n_gpus_per_node", 0))),
+        "ER_CHECKPOINT_DIR": str(_select(config, "trainer.default_local_dir", "")),
+    }
+    path.write_text("".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items()))
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m entropyrl.verl.preflight",
+        description="Check a recipe with the run's overrides before anything starts.",
+    )
+    parser.add_argument("config", help="recipe name (configs/<name>.yaml) or a config path")
+    parser.add_argument(
+        "--mode",
+        choices=("gpu", "smoke"),
+        default="gpu",
+        help="gpu: also check the stack, the GPUs and multi-node folders (default)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the step's split; environment as notes"
+    )
+    parser.add_argument("--env-out", type=Path, help="write ER_NNODES=... for the launch script")
+    parser.epilog = "Hydra overrides follow a `--`, exactly as the training command gets them."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.overrides = argv[split + 1 :]
+    try:
+        config = compose_recipe(args.config, args.overrides)
+    except Exception as error:  # Hydra's composition errors: one line, not a traceback
+        _say(f"error: {args.config}: {' '.join(str(error).split())}")
+        return 2
+    findings = config_findings(config)
+    if args.dry_run and not findings:
+        from entropyrl.verl.geometry import batch_geometry, describe
+
+        reference, critic = run_roles(config)
+        geometry = batch_geometry(config, use_reference_policy=reference, use_critic=critic)
+        for line in describe(geometry):
+            _say(f"# dry-run: batch {line}")
+    if args.mode == "gpu":
+        # No GPU at all is the launch script's own first check (and a dry run's note).
+        gpus = gpu_findings(config) if visible_gpus() > 0 else []
+        environment = [*stack_findings(config), *gpus, *node_findings(config)]
+        for finding in environment:
+            if finding.ok:
+                continue
+            if args.dry_run:
+                verdict = "would stop" if finding.blocking else "would warn"
+                _say(f"# dry-run: {verdict}: {finding.line}")
+            elif finding.blocking:
+                findings.append(finding)
+            else:
+                _say(f"warning: {finding.line}")
+    if args.env_out is not None:
+        write_env(config, args.env_out)
+    for finding in findings:
+        _say(f"error: {finding.line}")
+    return 2 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The launch scripts' pre-flight reads the config verl would train with, and decides as verl does.
+
+`entropyrl.verl.preflight` composes a recipe without importing verl (so a refusal takes about a
+second, not ten): the same folder of verl's configs as a file path instead of `pkg://`. These
+tests hold it to verl: the composed config equals what `main_ppo`'s composition gives, and the
+roles it derives (reference policy, critic) are those verl's own functions give.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from entropyrl.verl import preflight
+
+RECIPES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling", "egpo_ratio_mixed")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_recipe_composes_as_main_ppo_composes_it(compose, name):
+    overrides = ["trainer.nnodes=2", "++algorithm.clip_schedule.low=0.25"]
+    ours = preflight.compose_recipe(name, overrides)
+    verls = compose(name, overrides)  # the recipe's own pkg://verl.trainer.config search path
+    assert OmegaConf.to_container(ours, resolve=True) == OmegaConf.to_container(verls, resolve=True)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["actor_rollout_ref.actor.use_kl_loss=false"],
+        ["actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true"],
+        ["critic.enable=true"],
+        ["algorithm.adv_estimator=gae"],
+        ["algorithm.adv_estimator=gae", "critic.enable=false"],
+    ],
+)
+def test_roles_are_those_verl_derives(compose, overrides):
+    import warnings
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    config = compose("chair_mscoco", overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # need_critic warns when it says no
+        expected = (bool(need_reference_policy(config)), bool(need_critic(config)))
+    assert preflight.run_roles(config) == expected
+
+
+def test_an_unknown_recipe_names_the_known_ones():
+    with pytest.raises(ValueError) as error:
+        preflight.config_path("chair")
+    assert str(error.value) == (
+        "no recipe 'chair': give one of chair_mscoco, egpo_function_calling, egpo_ratio_mixed, "
+        "grpo_function_calling or a path to a .yaml config"
+    )
+    assert preflight.config_path("chair_mscoco").name == "chair_mscoco.yaml"
+
+
+def test_verl_pins_are_read_from_verls_metadata():
+    pins = preflight.verl_pins("vllm")
+    assert preflight._pin(pins["torch"]) == "==2.11.0"
+    assert preflight._pin(pins["vllm"]) == "==0.24.0"
+    assert preflight._pin(pins["transformers"]) == "==5.9.0"
+    assert not pins["transformers"].contains("5.10.4")
+    base = preflight.verl_pins("verl-core")
+    assert base["transformers"].contains("5.10.4") and not base["transformers"].contains("5.11.0")
+
+
+def test_flash_attn_is_needed_by_the_default_attention_and_by_qwen2_vl_remove_padding(
+    compose, tmp_path
+):
+    config = compose("chair_mscoco")
+    assert "flash_attention_2" in preflight.attention_needs_flash(config)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    sdpa = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+    packed = compose("chair_mscoco", [sdpa, f"actor_rollout_ref.model.path={model}"])
+    assert "flash_attn_varlen_func" in preflight.attention_needs_flash(packed)
+    padded = compose(
+        "chair_mscoco",
+        [
+            sdpa,
+            f"actor_rollout_ref.model.path={model}",
+            "actor_rollout_ref.model.use_remove_padding=false",
+        ],
+    )
+    assert preflight.attention_needs_flash(padded) is None
+    text = compose("egpo_function_calling", [sdpa])  # Qwen3 text: verl patches no attention
+    assert preflight.attention_needs_flash(text) is None
+
+
+def test_filesystem_type_reads_the_longest_mount_point(tmp_path):
+    assert preflight.filesystem_type(Path("/proc/self")) == "proc"
+    kind = preflight.filesystem_type(tmp_path / "not" / "there")
+    assert kind == preflight.filesystem_type(tmp_path) and kind is not None
+
+
+def test_gpu_findings_say_what_the_process_sees(compose, monkeypatch):
+    config = compose("chair_mscoco")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    (few,) = preflight.gpu_findings(config, visible=2)
+    assert not few.ok
+    assert few.line == (
+        "GPUs: 2 visible (CUDA_VISIBLE_DEVICES=0,1), the recipe uses 8 per node: set "
+        "trainer.n_gpus_per_node=2 (or N_GPUS), or make more GPUs visible"
+    )
+    (enough,) = preflight.gpu_findings(config, visible=8)
+    assert enough.ok
