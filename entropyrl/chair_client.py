@@ -58,6 +58,11 @@ class ChairServiceError(RuntimeError):
     """The CHAIR service could not score a batch (raised only with ``strict=True``)."""
 
 
+class ChairAuthError(ChairServiceError):
+    """The service refused the token (HTTP 401 / 403). Raised whatever ``strict`` says: a
+    missing or wrong token is a setup error that a fallback would only hide."""
+
+
 class _Retryable(Exception):
     pass
 
@@ -310,6 +315,12 @@ class ChairClient:
                 raise _Retryable(f"HTTP {exc.code}: {detail}") from exc
             if exc.code == 413:
                 raise _TooLarge(f"HTTP 413: {detail}") from exc
+            if exc.code in (401, 403):
+                raise ChairAuthError(
+                    f"the CHAIR service at {self.url} refused this client's token (HTTP "
+                    f"{exc.code}): set CHAIR_SERVER_TOKEN to the service's token where the "
+                    "reward runs (on every node, before `ray start`)"
+                ) from exc
             raise _Fatal(f"HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             # refused/reset connections, time-outs, truncated answers: all worth a retry

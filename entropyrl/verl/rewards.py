@@ -20,7 +20,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 CHAIR_URL_ENV = "ENTROPYRL_CHAIR_URL"
-CHAIR_TOKEN_ENV = "ENTROPYRL_CHAIR_TOKEN"
+# One name on both sides: the service reads its token from it (`python -m chair_server`), the
+# reward's client sends it. The former client-only name is read too, with a warning.
+CHAIR_TOKEN_ENV = "CHAIR_SERVER_TOKEN"
+DEPRECATED_CHAIR_TOKEN_ENV = "ENTROPYRL_CHAIR_TOKEN"
+
+
+def chair_token() -> str | None:
+    """The CHAIR service's bearer token from `$CHAIR_SERVER_TOKEN` (None when unset)."""
+    token = os.environ.get(CHAIR_TOKEN_ENV)
+    if not token and os.environ.get(DEPRECATED_CHAIR_TOKEN_ENV):
+        import warnings
+
+        warnings.warn(
+            f"${DEPRECATED_CHAIR_TOKEN_ENV} is deprecated; set ${CHAIR_TOKEN_ENV} (the name the "
+            "CHAIR service reads too)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        token = os.environ[DEPRECATED_CHAIR_TOKEN_ENV]
+    return token or None
 
 
 def caption_ground_truth(ground_truth: Any) -> tuple[int, list[str]]:
@@ -162,9 +181,7 @@ def caption_batcher(
                 chair_url,
                 timeout=chair_timeout,
                 retries=chair_retries,
-                token=os.environ.get(CHAIR_TOKEN_ENV)
-                or os.environ.get("CHAIR_SERVER_TOKEN")
-                or None,
+                token=chair_token(),
                 max_batch=max_batch,
                 strict=False,
             )
@@ -199,7 +216,9 @@ async def caption_score(
 
     cider_df: the document-frequency file of `entropyrl prepare coco` (required).
     chair_url: the CHAIR service (`$ENTROPYRL_CHAIR_URL` when unset; none: CIDEr-D only). Its
-        bearer token comes from `$ENTROPYRL_CHAIR_TOKEN` or the server's `$CHAIR_SERVER_TOKEN`.
+        bearer token comes from `$CHAIR_SERVER_TOKEN`, the variable the service reads. A token the
+        service refuses stops the run (`ChairAuthError`): a wrong token is a setup error, not an
+        outage to train through.
     """
     del data_source, extra_info
     if not cider_df:

@@ -251,3 +251,16 @@ def test_single_caption_over_the_body_limit_falls_back_alone(chair_server_url) -
     assert client.stats["fallback_samples"] == 1 and client.stats["scored_samples"] == 2
     with pytest.raises(ChairServiceError, match="413"):
         ChairClient(chair_server_url, max_batch=3, strict=True).score(items)
+
+
+def test_a_refused_token_stops_the_caller_instead_of_falling_back(token_server_url) -> None:
+    """A wrong or missing token is a setup error: no fallback, whatever `strict` says."""
+    from entropyrl.chair_client import ChairAuthError
+
+    items = [{"image_id": 1001, "caption": "A man with a dog."}]
+    for token in (None, "wrong"):
+        client = ChairClient(token_server_url, token=token, retries=0, strict=False)
+        with pytest.raises(ChairAuthError, match="set CHAIR_SERVER_TOKEN"):
+            client.score(items)
+    (entry,) = ChairClient(token_server_url, token="s3cret").score(items)
+    assert ChairClient.is_scored(entry)

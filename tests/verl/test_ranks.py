@@ -134,10 +134,27 @@ def one_rank(repo_root, smoke_cache, tmp_path_factory) -> Path:
     return run_caption_smoke(repo_root, out, smoke_cache, "--ranks", "1", *SAME_BATCH, env=env)
 
 
+def this_machines_address() -> str:
+    """The first non-loopback address `hostname -I` lists (what the launch script uses)."""
+    addresses = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    addresses = [a for a in addresses if not a.startswith("127.") and ":" not in a]
+    assert addresses, "this machine has no non-loopback IPv4 address for the CHAIR service"
+    return addresses[0]
+
+
+CHAIR_TOKEN = "two-ranks-token"
+
+
 @pytest.fixture(scope="module")
 def two_ranks(repo_root, smoke_cache, tmp_path_factory, one_rank) -> Path:
+    # The CHAIR service as a multi-node run has it: on an address other machines reach, with
+    # the token required, which the reward workers read from the same variable.
     out = tmp_path_factory.mktemp("two_ranks")
-    env = {REPLAY_ENV: str(one_rank / "rollouts.jsonl")}
+    env = {
+        REPLAY_ENV: str(one_rank / "rollouts.jsonl"),
+        "CHAIR_HOST": this_machines_address(),
+        "CHAIR_SERVER_TOKEN": CHAIR_TOKEN,
+    }
     return run_caption_smoke(repo_root, out, smoke_cache, "--ranks", "2", *SAME_BATCH, env=env)
 
 
@@ -204,6 +221,20 @@ def test_two_rank_smoke_trains_on_two_fsdp_ranks(smoke_two_ranks, one_rank):
 
 
 # -- 2. the same numbers as one rank ----------------------------------------------------------
+
+
+def test_two_ranks_scored_through_a_service_on_a_reachable_address_with_the_token(two_ranks):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(two_ranks / "config.yaml")
+    url = config.reward.custom_reward_function.reward_kwargs.chair_url
+    assert url.startswith(f"http://{this_machines_address()}:")
+    assert CHAIR_TOKEN not in (two_ranks / "config.yaml").read_text()
+    for step, data in metrics(two_ranks).items():
+        assert data["chair/fallback_samples"] == 0, step
+        assert (
+            data["chair/scored_samples"] == SETTINGS.prompts_per_step * SETTINGS.rollouts_per_prompt
+        )
 
 
 def test_two_ranks_compute_the_numbers_of_one_rank(one_rank, two_ranks):

@@ -178,3 +178,17 @@ def test_function_calling_reward_as_verl_loads_it(compose):
         fn(data_source="fc", solution_str=good, ground_truth=truth, extra_info={})["score"] == 1.0
     )
     assert fn(data_source="fc", solution_str=bad, ground_truth=truth, extra_info={})["score"] == 0.0
+
+
+def test_the_client_reads_the_token_variable_the_service_reads(monkeypatch) -> None:
+    from entropyrl.verl.rewards import chair_token
+
+    monkeypatch.delenv("ENTROPYRL_CHAIR_TOKEN", raising=False)
+    monkeypatch.delenv("CHAIR_SERVER_TOKEN", raising=False)
+    assert chair_token() is None
+    monkeypatch.setenv("CHAIR_SERVER_TOKEN", "s3cret")
+    assert chair_token() == "s3cret"
+    monkeypatch.delenv("CHAIR_SERVER_TOKEN")
+    monkeypatch.setenv("ENTROPYRL_CHAIR_TOKEN", "old")
+    with pytest.warns(FutureWarning, match=r"\$CHAIR_SERVER_TOKEN"):
+        assert chair_token() == "old"
