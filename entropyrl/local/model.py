@@ -1,8 +1,10 @@
-"""Models for the local runner: a tiny Qwen2-VL / Qwen2 built from a config, or a user checkpoint.
+"""Tiny Qwen models built from a config, or a user checkpoint.
 
 Nothing is downloaded: a tiny model is initialised from a seed (about 1 M parameters with the
 demo's 4096-rank tokenizer, 1.6 M with 8192 ranks), and `--model PATH` loads any Qwen2-VL
-checkpoint already on disk.
+checkpoint already on disk. The local runner trains the tiny Qwen2-VL / Qwen2; the verl smokes
+build the architectures of the recipes they stand for (Qwen2.5-VL for captioning, Qwen3 for the
+text recipes) and Qwen3-VL as the captioning smoke's second variant.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ __all__ = [
     "PatchProjection",
     "TinyModelConfig",
     "build_tiny_qwen2",
+    "build_tiny_qwen2_5_vl",
     "build_tiny_qwen2vl",
+    "build_tiny_qwen3",
+    "build_tiny_qwen3_vl",
     "count_parameters",
     "load_pretrained",
     "pick_device",
@@ -160,6 +165,157 @@ def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *,
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def _finish(model: Any, tokenizer: Any) -> Any:
+    projection = getattr(getattr(model.model, "visual", None), "patch_embed", None)
+    projection = getattr(projection, "proj", None)
+    if (
+        isinstance(projection, torch.nn.Conv3d)
+        and projection.stride == projection.kernel_size
+        and not any(projection.padding)
+    ):
+        projection.__class__ = PatchProjection  # same module, parameters and checkpoint keys
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def build_tiny_qwen2_5_vl(
+    tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0
+) -> Any:
+    """A randomly initialised `Qwen2_5_VLForConditionalGeneration` sized by `config`.
+
+    Qwen2.5-VL's own vision tower (RMSNorm, gated MLP, window attention with full-attention
+    blocks, a separate output width): here one window-attention block and one full-attention
+    block per two of depth, a window of two merged patches.
+    """
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    config = config or TinyModelConfig()
+    head_dim = config.hidden_size // config.num_heads
+    hf_config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size,
+            "num_hidden_layers": config.num_layers,
+            "num_attention_heads": config.num_heads,
+            "num_key_value_heads": config.num_kv_heads,
+            "max_position_embeddings": config.max_positions,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": _mrope_section(head_dim),
+            },
+            "bos_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": config.tie_embeddings,
+        },
+        vision_config={
+            "depth": config.vision_depth,
+            "hidden_size": config.vision_embed_dim,
+            "intermediate_size": 2 * config.vision_embed_dim,
+            "num_heads": config.vision_heads,
+            "out_hidden_size": config.hidden_size,
+            "patch_size": config.patch_size,
+            "spatial_merge_size": config.merge_size,
+            "window_size": 2 * config.patch_size * config.merge_size,
+            "fullatt_block_indexes": list(range(1, config.vision_depth, 2)),
+        },
+        tie_word_embeddings=config.tie_embeddings,
+        **_token_ids(tokenizer),
+    )
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return _finish(Qwen2_5_VLForConditionalGeneration(hf_config), tokenizer)
+
+
+def build_tiny_qwen3_vl(
+    tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0, patch_size: int = 16
+) -> Any:
+    """A randomly initialised `Qwen3VLForConditionalGeneration` sized by `config`.
+
+    Qwen3-VL's own architecture: a Qwen3 text model (per-head q/k norms, explicit head dim) with
+    interleaved multimodal RoPE (`mrope_section` in Qwen3-VL's 24:20:20 proportion of the
+    rotary half-dim), a vision tower with learned position embeddings (an 8 x 8 grid, bilinearly
+    interpolated to each image's grid) and DeepStack: the merged features of every vision block
+    but the last, at most three (Qwen3-VL takes three of 27), are added at the image tokens to
+    the outputs of the first decoder layers (depth 2: block 0 into layer 0). Qwen3-VL patches 16 px (`patch_size`; `config.patch_size` is Qwen2-VL's 14
+    and is not read), so its processor needs `patch_size=16` too.
+    """
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    config = config or TinyModelConfig()
+    head_dim = config.hidden_size // config.num_heads
+    half = head_dim // 2
+    spatial = half * 20 // 64  # height and width each; time takes the rest
+    deepstack = list(range(max(config.vision_depth - 1, 1)))[:3]
+    if len(deepstack) > config.num_layers:
+        raise ValueError(f"num_layers must be >= {len(deepstack)} (DeepStack layers)")
+    hf_config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size,
+            "num_hidden_layers": config.num_layers,
+            "num_attention_heads": config.num_heads,
+            "num_key_value_heads": config.num_kv_heads,
+            "head_dim": head_dim,
+            "max_position_embeddings": config.max_positions,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [half - 2 * spatial, spatial, spatial],
+                "mrope_interleaved": True,
+            },
+            "bos_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": config.tie_embeddings,
+        },
+        vision_config={
+            "depth": config.vision_depth,
+            "hidden_size": config.vision_embed_dim,
+            "intermediate_size": 2 * config.vision_embed_dim,
+            "num_heads": config.vision_heads,
+            "out_hidden_size": config.hidden_size,
+            "patch_size": patch_size,
+            "spatial_merge_size": config.merge_size,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": deepstack,
+        },
+        tie_word_embeddings=config.tie_embeddings,
+        **_token_ids(tokenizer),
+    )
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return _finish(Qwen3VLForConditionalGeneration(hf_config), tokenizer)
+
+
+def build_tiny_qwen3(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
+    """A randomly initialised text-only `Qwen3ForCausalLM` (Qwen3's per-head q/k norms)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = config or TinyModelConfig()
+    hf_config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.hidden_size // config.num_heads,
+        max_position_embeddings=config.max_positions,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=config.tie_embeddings,
+    )
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return _finish(Qwen3ForCausalLM(hf_config), tokenizer)
 
 
 def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
