@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -307,12 +307,18 @@ def build_qwen2vl_processor(
     patch_size: int = 14,
     merge_size: int = 2,
     temporal_patch_size: int = 2,
+    image_mean: Sequence[float] | None = None,
+    image_std: Sequence[float] | None = None,
 ) -> Any:
     """A `Qwen2VLProcessor` (Pillow image processor, no video) for `tokenizer`.
 
     `min_pixels = max_pixels = image_size**2`, so every square image is resized to
-    `image_size` x `image_size` and yields `image_token_count(image_size)` image tokens
-    (112 px, patch 14, merge 2 -> 16 tokens), whatever its original size.
+    `image_size` x `image_size` and yields `image_token_count(image_size, patch_size=...)`
+    image tokens (112 px, patch 14, merge 2 -> 16 tokens), whatever its original size.
+
+    The defaults are Qwen2-VL's / Qwen2.5-VL's image processor (patch 14, CLIP's normalisation);
+    Qwen3-VL uses the same image processor class with `patch_size=16` and
+    `image_mean = image_std = (0.5, 0.5, 0.5)` (128 px -> 16 tokens).
 
     Returns:
         A processor whose `__call__(images=..., text=..., return_tensors="pt")` gives
@@ -329,12 +335,18 @@ def build_qwen2vl_processor(
             f"got {image_size}"
         )
     pixels = image_size * image_size
+    normalisation = {
+        name: list(value)
+        for name, value in (("image_mean", image_mean), ("image_std", image_std))
+        if value is not None
+    }
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=pixels,
         max_pixels=pixels,
         patch_size=patch_size,
         merge_size=merge_size,
         temporal_patch_size=temporal_patch_size,
+        **normalisation,
     )
     return _image_only_processor_class()(
         image_processor=image_processor,
