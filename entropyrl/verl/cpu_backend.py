@@ -12,9 +12,20 @@ every verl process only when the CPU platform is selected. All of them are pinne
 3. FSDP2 offload: the reference model is always built with `CPUOffloadPolicy(pin_memory=True)`,
    and pinned memory needs CUDA: the policy keeps parameters on the CPU without pinning.
 4. Processor: verl loads the multi-modal processor with `AutoProcessor`, which needs torchvision
-   for the Qwen2-VL video processor. Where torchvision is missing, a Qwen2-VL checkpoint gets
-   the same processor with its Pillow image processor and no video processor (image prompts
-   only), bound to the model's rope index exactly as verl binds it.
+   for the Qwen2-VL / Qwen2.5-VL / Qwen3-VL video processors. Where torchvision is missing, such
+   a checkpoint gets the same processor class with its Pillow image processor (Qwen2-VL's class,
+   which Qwen3-VL also uses with patch 16) and no video processor (image prompts only), bound to
+   the model's rope index exactly as verl binds it.
+5. Remove-padding attention: verl's remove-padding patch for Qwen2-VL / Qwen2.5-VL
+   (`verl/models/transformers/qwen2_vl.py`) packs a micro-batch into one row and calls
+   flash-attn's `flash_attn_varlen_func` (and, for a single sequence, transformers' flash
+   attention), with the kernel's module globals set only when flash-attn imports. Without
+   flash-attn (always, on CPU) the same code runs with PyTorch's scaled-dot-product attention per
+   packed sequence (`varlen_attention`), which computes what the kernel computes (tested against
+   per-sequence attention), and without the cast to bfloat16 the kernel needs. verl does not
+   patch Qwen3-VL's attention: its packed micro-batch keeps sequences apart through transformers'
+   own packed-sequence mask, which transformers builds from the text row of verl's 4-row
+   position ids (no attention mask, no cache), so Qwen3-VL needs nothing here.
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
     ("verl.workers.rollout.replica", "RolloutReplicaRegistry"),
     ("verl.utils.config", "validate_config"),
+    ("verl.models.transformers.qwen2_vl", "_custom_flash_attention_forward"),
+    ("verl.models.transformers.qwen2_vl", "_flash_attention_forward"),
+    ("verl.models.transformers.qwen2_vl", "fa_peft_integration_check"),
 )
 
 _installed = False
@@ -104,52 +118,88 @@ def _unpinned_offload() -> None:
     transformer_impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
 
 
-def image_only_qwen2vl_processor_class() -> type:
-    """`Qwen2VLProcessor` that accepts a missing video processor (named as verl expects)."""
-    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor as Base
+# model_type -> (processor module, processor class, model module, model class): what verl's
+# hf_processor binds (verl/utils/tokenizer/tokenizer.py), for the types without torchvision here.
+IMAGE_ONLY_PROCESSORS: dict[str, tuple[str, str, str, str]] = {
+    "qwen2_vl": (
+        "transformers.models.qwen2_vl.processing_qwen2_vl",
+        "Qwen2VLProcessor",
+        "transformers.models.qwen2_vl.modeling_qwen2_vl",
+        "Qwen2VLModel",
+    ),
+    "qwen2_5_vl": (
+        "transformers.models.qwen2_5_vl.processing_qwen2_5_vl",
+        "Qwen2_5_VLProcessor",
+        "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        "Qwen2_5_VLModel",
+    ),
+    # Qwen3-VL's image processor is Qwen2-VL's class (patch 16, normalisation 0.5); its video
+    # processor (frame timestamps) is the torchvision part.
+    "qwen3_vl": (
+        "transformers.models.qwen3_vl.processing_qwen3_vl",
+        "Qwen3VLProcessor",
+        "transformers.models.qwen3_vl.modeling_qwen3_vl",
+        "Qwen3VLModel",
+    ),
+}
+# Processors whose __init__ also names the vision delimiter tokens (Qwen3VLProcessor does).
+_VISION_DELIMITERS = frozenset({"qwen3_vl"})
+
+
+def image_only_processor_class(model_type: str = "qwen2_vl") -> type:
+    """The Qwen-VL processor of `model_type` that accepts a missing video processor, named as
+    verl expects (verl dispatches on the class name)."""
     from transformers.processing_utils import ProcessorMixin
 
-    class Qwen2VLProcessor(Base):
-        """Images and text only; `get_attributes` reads this signature, so no video slot."""
+    module_name, class_name, _, _ = IMAGE_ONLY_PROCESSORS[model_type]
+    base = getattr(importlib.import_module(module_name), class_name)
 
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
-            self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(
-                self, image_processor, tokenizer, chat_template=chat_template, **kwargs
-            )
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
+        self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        ProcessorMixin.__init__(
+            self, image_processor, tokenizer, chat_template=chat_template, **kwargs
+        )
+        if model_type in _VISION_DELIMITERS:
+            self.vision_start_token = getattr(tokenizer, "vision_start_token", "<|vision_start|>")
+            self.vision_end_token = getattr(tokenizer, "vision_end_token", "<|vision_end|>")
+            self.vision_start_token_id = tokenizer.convert_tokens_to_ids(self.vision_start_token)
+            self.vision_end_token_id = tokenizer.convert_tokens_to_ids(self.vision_end_token)
 
-    Qwen2VLProcessor.__module__ = __name__
-    Qwen2VLProcessor.__qualname__ = "Qwen2VLProcessor"
-    return Qwen2VLProcessor
+    # `get_attributes` reads the __init__ signature: no video slot, images and text only.
+    cls = type(class_name, (base,), {"__init__": __init__, "__module__": __name__})
+    cls.__qualname__ = class_name
+    return cls
 
 
 def load_image_only_processor(path: str, **kwargs: Any) -> Any:
-    """A Qwen2-VL checkpoint's processor without torchvision, or None for other models."""
+    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint's processor without torchvision (its Pillow
+    image processor as the checkpoint configures it), or None for other models."""
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
     trust_remote_code = bool(kwargs.get("trust_remote_code", False))
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if config.model_type != "qwen2_vl":
+    if config.model_type not in IMAGE_ONLY_PROCESSORS:
         return None
+    _, _, model_module, model_class = IMAGE_ONLY_PROCESSORS[config.model_type]
+    model = getattr(importlib.import_module(model_module), model_class)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
-    processor = image_only_qwen2vl_processor_class()(
+    processor = image_only_processor_class(config.model_type)(
         image_processor=image_processor,
         tokenizer=tokenizer,
         chat_template=tokenizer.chat_template,
     )
     processor.config = config
-    processor.get_rope_index = types.MethodType(Qwen2VLModel.get_rope_index, processor)
-    if hasattr(Qwen2VLModel, "get_vision_position_ids"):
+    processor.get_rope_index = types.MethodType(model.get_rope_index, processor)
+    if hasattr(model, "get_vision_position_ids"):
         processor.get_vision_position_ids = types.MethodType(
-            Qwen2VLModel.get_vision_position_ids, processor
+            model.get_vision_position_ids, processor
         )
     return processor
 
@@ -183,6 +233,113 @@ def _processor_without_torchvision() -> None:
 
     hf_processor.__wrapped__ = original
     model_config.hf_processor = hf_processor
+
+
+def varlen_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    **_: Any,
+) -> Any:
+    """`flash_attn_varlen_func` on PyTorch: q [total_q, heads, dim], k and v [total_k, kv_heads,
+    dim], sequences delimited by the cumulative lengths; attention within each sequence only.
+
+    Causal masks align the last query with the last key, as flash-attn's do (equal lengths in
+    training, where the two conventions agree). Grouped-query heads are repeated to match q.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    del max_seqlen_q, max_seqlen_k
+    out = torch.empty_like(q)
+    repeat = q.shape[1] // k.shape[1]
+    for i in range(len(cu_seqlens_q) - 1):
+        q0, q1 = int(cu_seqlens_q[i]), int(cu_seqlens_q[i + 1])
+        k0, k1 = int(cu_seqlens_k[i]), int(cu_seqlens_k[i + 1])
+        if q1 == q0:
+            continue
+        query = q[q0:q1].transpose(0, 1)
+        key = k[k0:k1].transpose(0, 1).repeat_interleave(repeat, dim=0)
+        value = v[k0:k1].transpose(0, 1).repeat_interleave(repeat, dim=0)
+        mask = None
+        if causal:
+            rows, cols = q1 - q0, k1 - k0
+            mask = torch.ones(rows, cols, dtype=torch.bool, device=q.device).tril(cols - rows)
+        out[q0:q1] = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=softmax_scale
+        ).transpose(0, 1)
+    return out
+
+
+def padded_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    query_length: int,
+    is_causal: bool = True,
+    dropout: float = 0.0,
+    softmax_scale: float | None = None,
+    **_: Any,
+) -> Any:
+    """transformers' `_flash_attention_forward` on PyTorch: [batch, seq, heads, dim] inputs, an
+    optional [batch, seq] padding mask, causal within each row."""
+    import torch
+
+    del query_length
+    batch, length = query.shape[0], query.shape[1]
+    if attention_mask is None:
+        lengths = torch.full((batch,), length, dtype=torch.int64)
+    else:
+        lengths = attention_mask.to(torch.int64).sum(dim=-1).cpu()
+    out = torch.zeros_like(query)
+    for row in range(batch):
+        # right-padded rows attend over their first `n` positions, left-padded over their last
+        n = int(lengths[row])
+        if n == 0:
+            continue
+        valid = (
+            slice(0, n)
+            if attention_mask is None or bool(attention_mask[row, 0])
+            else slice(length - n, length)
+        )
+        cu = torch.tensor([0, n], dtype=torch.int32)
+        out[row, valid] = varlen_attention(
+            query[row, valid],
+            key[row, valid],
+            value[row, valid],
+            cu,
+            cu,
+            n,
+            n,
+            dropout_p=dropout,
+            softmax_scale=softmax_scale,
+            causal=is_causal,
+        )
+    return out
+
+
+def _remove_padding_without_flash_attn() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        return
+    from verl.models.transformers import qwen2_vl
+
+    qwen2_vl._flash_supports_window_size = False
+    qwen2_vl._flash_supports_deterministic = False
+    qwen2_vl._flash_use_top_left_mask = False
+    qwen2_vl.flash_attn_varlen_func = varlen_attention
+    qwen2_vl._flash_attention_forward = padded_attention
+    # flash-attn computes in bfloat16 only; PyTorch's attention keeps the inputs' dtype
+    qwen2_vl.fa_peft_integration_check = lambda q, k, v, target_dtype=None: (q, k, v)
 
 
 ROLLOUT_NAME = "hf"
@@ -222,4 +379,5 @@ def install() -> None:
     _cpu_engines()
     _unpinned_offload()
     _processor_without_torchvision()
+    _remove_padding_without_flash_attn()
     _installed = True
