@@ -13,7 +13,9 @@ exactly those the training command will get. The config is composed with Hydra a
 - stack (GPU runs): verl, vLLM, torch and transformers against verl 0.9.1's pins, flash-attn
   when the recipe's attention needs it (`stack_problems`);
 - layout (GPU runs): the GPUs this process sees against the config's `n_gpus_per_node`, and on
-  more than one node a checkpoint folder every node shares.
+  more than one node a checkpoint folder every node shares;
+- checkpoints (always): a folder holding another run's checkpoint is refused; a run already at
+  its last step is reported, and the launch script stops there (`entropyrl.verl.checkpoints`).
 
 Each problem is one line on stderr; the exit status is 2 when the run must not start. With
 `--dry-run` the split of a step is printed too, and environment problems are notes. `--env-out`
@@ -424,12 +426,13 @@ def node_findings(config: Any) -> list[Finding]:
     return [Finding("nodes", True, f"checkpoints: {folder} ({kind or 'unknown'} file system)")]
 
 
-def write_env(config: Any, path: Path) -> None:
+def write_env(config: Any, path: Path, *, nothing_to_do: bool = False) -> None:
     """Shell assignments the launch script reads from the composed config."""
     values = {
         "ER_NNODES": str(int(_select(config, "trainer.nnodes", 1))),
         "ER_GPUS_PER_NODE": str(int(_select(config, "trainer.n_gpus_per_node", 0))),
         "ER_CHECKPOINT_DIR": str(_select(config, "trainer.default_local_dir", "")),
+        "ER_NOTHING_TO_DO": "1" if nothing_to_do else "0",
     }
     path.write_text("".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items()))
 
@@ -486,8 +489,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 findings.append(finding)
             else:
                 _say(f"warning: {finding.line}")
+    # The checkpoint folder: another run's checkpoint is refused, a finished run stops here.
+    from entropyrl.verl.checkpoints import resume_decision
+
+    decision = resume_decision(config)
+    if decision.kind == "other_run":
+        findings.append(Finding("checkpoints", False, decision.line))
+    elif decision.kind in ("resume", "unknown", "finished") and not findings:
+        _say(f"# dry-run: {decision.line}" if args.dry_run else decision.line)
     if args.env_out is not None:
-        write_env(config, args.env_out)
+        write_env(config, args.env_out, nothing_to_do=decision.kind == "finished")
     for finding in findings:
         _say(f"error: {finding.line}")
     return 2 if findings else 0

@@ -203,11 +203,16 @@ def driver_rows(
     valid: torch.Tensor,
     seq_lens: Sequence[Any],
     step: int,
+    scores: torch.Tensor | None = None,
+    groups: Sequence[Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for one step of the entropy-aware trainer, in the order of its (balanced) batch.
 
     Besides the bound and advantages, each row keeps the old-policy log-probs and entropies the
-    actor ranks computed for the sample and verl's `seq_len` tag (what `balance_batch` sorts on).
+    actor ranks computed for the sample, the reference's log-probs when there is a reference,
+    verl's `seq_len` tag (what `balance_batch` sorts on), the sample's reward (`score`), its
+    GRPO group (`group`: verl's uid) and response tokens, so a step's advantages can be computed
+    again from the trace; `run` (the trainer's process id) tells a resumed run's rows apart.
     """
     mask = tensors["response_mask"]
     rows = sample_rows(
@@ -220,15 +225,34 @@ def driver_rows(
     )
     old_log_probs = token_values(tensors.get("old_log_probs"), mask)
     entropy = token_values(tensors.get("entropy"), mask)
-    for row, chair, keep, seq_len, logp, ent in zip(
-        rows, chair_i.tolist(), valid.tolist(), seq_lens, old_log_probs, entropy
+    reference = token_values(tensors.get("ref_log_prob"), mask)
+    response = token_values(tensors.get("responses"), mask)
+    size = mask.shape[0]
+    score_list = [None] * size if scores is None else [float(v) for v in scores.reshape(-1)]
+    group_list = [None] * size if groups is None else [_plain(g) for g in groups]
+    for row, chair, keep, seq_len, logp, ent, ref, score, group, tokens in zip(
+        rows,
+        chair_i.tolist(),
+        valid.tolist(),
+        seq_lens,
+        old_log_probs,
+        entropy,
+        reference,
+        score_list,
+        group_list,
+        response,
     ):
         row.update(
+            run=os.getpid(),
+            response=None if tokens is None else [int(t) for t in tokens],
             chair_i=None if chair != chair else chair,
             padding=not keep,
             seq_len=_plain(seq_len),
             old_log_probs=logp,
             entropy=ent,
+            ref_log_prob=ref,
+            score=score,
+            group=group,
         )
     return rows
 

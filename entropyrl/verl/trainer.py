@@ -11,10 +11,21 @@ estimator call stay verl's):
   response tokens).
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
 `per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged.
+
+Around verl's checkpoints and validation:
+- every checkpoint gets the run's settings beside it (`entropyrl.verl.checkpoints`), which the
+  plugin compares before Ray starts so that `resume_mode: auto` continues only the same run; a
+  run resumed at or past its last step says there is nothing left to do; a resumed run's file
+  logger keeps the rows of the steps before its checkpoint (verl's opens the file afresh);
+- validation means of CHAIR scores (`chair_i`, `chair_s`, `recall`) are over the captions the
+  service scored, with the count of unscored ones beside them (`val-aux/<source>/chair_unscored`):
+  verl averages with `np.mean`, where one unscored caption (NaN) made the mean NaN.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -27,7 +38,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.entropy import think_tag_ids
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import trace
+from entropyrl.verl import checkpoints, trace
 from entropyrl.verl.estimators import ESTIMATORS
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
@@ -42,9 +53,13 @@ TRAINER_MODE = "entropyrl"
 # Where to write the fully resolved config this run trains with (a reproducibility record).
 RESOLVED_CONFIG_ENV = "ENTROPYRL_RESOLVED_CONFIG"
 _TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")
+# CHAIR values a caption the service could not score carries as NaN (entropyrl.verl.rewards)
+CHAIR_VALUES = ("chair_i", "chair_s", "recall")
 
 
 def _available(batch: Any, names: tuple[str, ...]) -> list[str]:
+    """Those of `names` the batch's metadata lists (fields written before the old-log-prob
+    pass, such as the dataset's `index` and the reward's `extra_fields`)."""
     fields = getattr(batch, "fields", None)
     return list(names) if fields is None else [name for name in names if name in fields]
 
@@ -58,9 +73,29 @@ def _padded(data: TensorDict, name: str) -> torch.Tensor | None:
     return value
 
 
-def fetch_step_fields(batch: Any) -> tuple[dict[str, torch.Tensor | None], list[Any] | None]:
-    """Padded [B, T] tensors (entropy, log-probs, responses, mask) and per-sample extra fields."""
-    names = _available(batch, _TENSOR_FIELDS)
+def step_field_names(config: Any, use_reference_policy: bool) -> list[str]:
+    """The per-token fields verl 0.9.1 has written to TransferQueue when advantages are computed.
+
+    From the config, not from the batch's metadata: the driver's `KVBatchMeta` is the one the
+    old-log-prob pass returned, and the reference pass writes `ref_log_prob` after it without
+    refreshing it, so the metadata would leave the reference out. In rollout-correction bypass
+    mode the old log-probs are the rollout's and verl computes no entropy.
+    """
+    correction = config.algorithm.get("rollout_correction", None)
+    bypass = bool(correction and correction.get("bypass_mode", False))
+    names = ["responses", "response_mask", "old_log_probs"]
+    if not bypass:
+        names.append("entropy")
+    if use_reference_policy:
+        names.append("ref_log_prob")
+    return names
+
+
+def fetch_step_fields(
+    batch: Any, names: list[str]
+) -> tuple[dict[str, torch.Tensor | None], list[Any] | None]:
+    """Padded [B, T] tensors of `names` (None for the others of `_TENSOR_FIELDS`) and the
+    per-sample extra fields (the reward's extra info), fetched by key."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
     tensors = {name: _padded(data, name) for name in _TENSOR_FIELDS}
     extra = None
@@ -73,6 +108,18 @@ def fetch_step_fields(batch: Any) -> tuple[dict[str, torch.Tensor | None], list[
     return tensors, extra
 
 
+def scored_chair_values(reward_extra_infos: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The validation extra infos with unscored CHAIR values (NaN) as None, which verl's
+    `process_validation_metrics` leaves out of its means."""
+    infos = dict(reward_extra_infos)
+    for name in CHAIR_VALUES:
+        if name in infos:
+            infos[name] = [
+                None if isinstance(v, float) and math.isnan(v) else v for v in infos[name]
+            ]
+    return infos
+
+
 def write_resolved_config(config: Any, path: Path) -> None:
     """The config as the trainer sees it (interpolations resolved), as YAML, written atomically."""
     from omegaconf import OmegaConf
@@ -81,6 +128,36 @@ def write_resolved_config(config: Any, path: Path) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(OmegaConf.to_yaml(config, resolve=True))
     os.replace(partial, path)
+
+
+def resumed_file_logger(base: type, resumed_step: int) -> type:
+    """verl's `FileLogger` for a run resumed after `resumed_step`: it keeps the file's rows of
+    steps up to that one (verl opens the file with "wb", which drops them) and drops later ones,
+    which the resumed run logs again."""
+
+    class ResumedFileLogger(base):  # type: ignore[misc, valid-type]
+        def __init__(self, project_name: str, experiment_name: str) -> None:
+            # where verl's FileLogger writes (verl/utils/tracking.py)
+            path = os.getenv("VERL_FILE_LOGGER_PATH") or os.path.join(
+                os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", ".")),
+                project_name,
+                f"{experiment_name}.jsonl",
+            )
+            kept = []
+            if os.path.isfile(path):
+                for line in Path(path).read_bytes().splitlines():
+                    try:
+                        step = json.loads(line)["step"]
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if isinstance(step, int) and step <= resumed_step:
+                        kept.append(line + b"\n")
+            super().__init__(project_name, experiment_name)
+            for line in kept:
+                self.fp.write(line)
+
+    ResumedFileLogger.__name__ = ResumedFileLogger.__qualname__ = base.__name__
+    return ResumedFileLogger
 
 
 @register_trainer(TRAINER_MODE)
@@ -145,7 +222,8 @@ class EntropyPPOTrainer(PPOTrainerSync):
         wants_clip = self.specs.clip_schedule.enable
         if not wants_entropy and not wants_clip:
             return super()._compute_advantage(batch, metrics)
-        tensors, extra_fields = fetch_step_fields(batch)
+        names = step_field_names(self.config, bool(self.use_reference_policy))
+        tensors, extra_fields = fetch_step_fields(batch, names)
         # verl's synthetic padding rows (tag is_padding) stay out of the CHAIR / clip metrics.
         valid = torch.tensor(
             [not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool
@@ -190,9 +268,10 @@ class EntropyPPOTrainer(PPOTrainerSync):
         valid: torch.Tensor,
     ) -> None:
         """Record what this step computed per sample (`entropyrl.verl.trace`)."""
-        names = ["advantages", *_available(batch, ("index",))]
+        names = ["advantages", "uid", "rm_scores", *_available(batch, ("index",))]
         got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
         index = got.get("index", None)
+        scores = _padded(got, "rm_scores")
         rows = trace.driver_rows(
             tensors=tensors,
             advantages=_padded(got, "advantages"),
@@ -202,5 +281,54 @@ class EntropyPPOTrainer(PPOTrainerSync):
             valid=valid,
             seq_lens=[tag.get("seq_len") for tag in batch.tags],
             step=int(self.global_steps),
+            scores=None if scores is None else scores.sum(dim=-1),
+            groups=trace.row_values(got.get("uid", None), len(batch)),
         )
         trace.write("driver", rows)
+
+    # -- checkpoints and validation ------------------------------------------------------------
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        folder = checkpoints.checkpoint_folder(self.config)
+        checkpoints.write_settings(folder, self.config, int(self.global_steps))
+        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
+        if keep:  # verl's workers forget the checkpoints of a run before a resume
+            checkpoints.remove_older(folder, keep=int(keep))
+
+    def fit(self, agent_loop_manager: Any) -> None:
+        if self.global_steps > 0:
+            from verl.utils import tracking
+
+            tracking.FileLogger = resumed_file_logger(tracking.FileLogger, int(self.global_steps))
+        if self.global_steps >= self.total_training_steps:
+            # verl would log nothing and exit 0: say it (the driver says it too when it can)
+            print(
+                f"entropyrl: nothing left to do: resumed at step {self.global_steps} of "
+                f"{self.total_training_steps} from {checkpoints.checkpoint_folder(self.config)}",
+                flush=True,
+            )
+            return
+        return super().fit(agent_loop_manager)
+
+    def _val_metrics_update(
+        self,
+        data_sources: Any,
+        sample_uids: Any,
+        reward_extra_infos_dict: dict[str, list[Any]],
+        sample_turns: Any,
+        expected_acc_counts: Any = None,
+    ) -> dict[str, float]:
+        infos = scored_chair_values(reward_extra_infos_dict)
+        metrics = super()._val_metrics_update(
+            data_sources, sample_uids, infos, sample_turns, expected_acc_counts=expected_acc_counts
+        )
+        if "chair_i" in reward_extra_infos_dict:
+            for source in sorted(set(data_sources)):
+                unscored_here = sum(
+                    1
+                    for s, v in zip(data_sources, infos["chair_i"], strict=True)
+                    if s == source and v is None
+                )
+                metrics[f"val-aux/{source}/chair_unscored/count"] = float(unscored_here)
+        return metrics

@@ -8,7 +8,10 @@ the workers, the rollout and the log-prob passes have run:
 - an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
 - a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
-  that does not divide a rank's share of the mini-batch on this layout.
+  that does not divide a rank's share of the mini-batch on this layout;
+- a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
+  continue (`entropyrl.verl.checkpoints`); a run whose checkpoint is already at its last step
+  says there is nothing left to do and exits 0.
 
 Under Hydra's command line each problem is one line on stderr and the process exits with 2 (no
 traceback: Hydra prints its full one when `HYDRA_FULL_ERROR=1` is set, and then so do we).
@@ -76,6 +79,24 @@ def _hydra_command_line() -> bool:
     return HydraConfig.initialized()
 
 
+def check_resume(config: Any) -> None:
+    """Refuse to continue another run's checkpoint; stop (exit 0) when nothing is left to do.
+
+    Only under Hydra's command line: called from Python, verl's own resume logic stands."""
+    if not _hydra_command_line():
+        return
+    from entropyrl.verl.checkpoints import resume_decision
+
+    decision = resume_decision(config)
+    if decision.kind == "other_run":
+        refuse([decision.line])
+    if decision.kind == "finished":
+        print(decision.line, file=sys.stderr, flush=True)
+        raise SystemExit(0)
+    if decision.kind in ("resume", "unknown"):
+        print(decision.line, file=sys.stderr, flush=True)
+
+
 def install() -> None:
     """Make verl's `validate_config` check our sections and the batch geometry too (idempotent)."""
     from verl.utils import config as verl_config
@@ -92,6 +113,7 @@ def install() -> None:
                 config, use_reference_policy=use_reference_policy, use_critic=use_critic
             )
         )
+        check_resume(config)
         return original(
             config, use_reference_policy=use_reference_policy, use_critic=use_critic, **kwargs
         )
