@@ -4,11 +4,13 @@
 #
 # usage: bash examples/chair_mscoco.sh [--dry-run] [hydra overrides ...]
 #        bash examples/chair_mscoco.sh --smoke [--out DIR] [--ranks N] [hydra overrides ...]
-#   e.g. bash examples/chair_mscoco.sh trainer.total_epochs=1 algorithm.adv_estimator=egpo_ratio
+#   e.g. bash examples/chair_mscoco.sh algorithm.adv_estimator=egpo_ratio trainer.experiment_name=chair_mscoco_egpo_ratio
 #
-# --smoke runs the same verl trainer on this machine's CPU: a tiny Qwen2-VL warmed up on a
-# generated COCO-style world, the real CHAIR service, EGPO advantages and per-sample clip-high,
-# 2 steps; it writes DIR/metrics.jsonl (one row per step) and DIR/config.yaml, then checks them.
+# --smoke runs the recipe itself on this machine's CPU: a tiny Qwen2.5-VL warmed up on a
+# generated COCO-style world, the real CHAIR service, the recipe's estimator, per-sample
+# clip-high, remove-padding, validation and a checkpoint, 2 steps; verl's output goes to
+# DIR/run.log, the terminal gets a line per step; DIR/metrics.jsonl (one row per step) and
+# DIR/config.yaml are then checked. The same command resumes a killed run from its checkpoint.
 # --dry-run prints the commands and how a step is split over the ranks.
 # DIR defaults to runs/chair_mscoco_smoke; the model and data are reused from DIR/assets.
 #
@@ -29,6 +31,7 @@
 #   N_GPUS              GPUs per node (default: those nvidia-smi lists, cut to CUDA_VISIBLE_DEVICES)
 #   CHECKPOINTS_SHARED=1  on several nodes: trainer.default_local_dir is shared though its file
 #                       system looks local (the check wants NFS, Lustre, ... or this)
+#   SMOKE_MODEL         --smoke's tiny policy: qwen2_5_vl (the recipe's, default) or qwen3_vl
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
 # Before anything starts, the recipe is composed with every override and checked (algorithm
@@ -148,7 +151,7 @@ fi
 er_train_cmd chair_mscoco "${overrides[@]}" \
   "reward.custom_reward_function.reward_kwargs.chair_url=$chair_url" \
   "${ER_ARGS[@]}"
-er_run "${ER_CMD[@]}"
+er_train
 if er_smoke; then
   er_smoke_check caption
 fi

@@ -87,7 +87,9 @@ er_smoke_build() {
 # the overrides the training command will get (a smoke's first) and stop, one line per problem,
 # on what could not run: unknown algorithm keys, a batch geometry verl would assert on, and on
 # GPU runs a missing flash-attn or vLLM, too few GPUs, a checkpoint folder not shared between
-# nodes. A dry run prints how a step is split. Sets ER_NNODES and ER_CHECKPOINT_DIR.
+# nodes, a checkpoint folder holding another run's checkpoint. A dry run prints how a step is
+# split. A run whose checkpoint is at its last step stops here (exit 0), having said so. Sets
+# ER_NNODES, ER_GPUS_PER_NODE and ER_CHECKPOINT_DIR.
 # er_preflight CONFIG OVERRIDES...
 er_preflight() {
   local config="$1" mode=gpu env_file status=0
@@ -105,6 +107,9 @@ er_preflight() {
   # shellcheck disable=SC1090
   source "$env_file"
   rm -f "$env_file"
+  if [ "${ER_NOTHING_TO_DO:-0}" = 1 ] && ! er_dry_run; then
+    exit 0  # the checkpoint is at the run's last step (said above)
+  fi
 }
 
 # --smoke: check DIR/metrics.jsonl after the run. er_smoke_check TASK
@@ -151,6 +156,18 @@ er_run() {
     er_print_cmd "$@"
   else
     "$@"
+  fi
+}
+
+# Run the training command ER_CMD: as it is on GPUs; in a smoke with verl's output in the run's
+# log and a line per step on the terminal (entropyrl.verl.smoke run). A dry run prints it.
+er_train() {
+  if er_dry_run; then
+    er_print_cmd "${ER_CMD[@]}"
+  elif er_smoke; then
+    "$ER_PYTHON" -m entropyrl.verl.smoke run "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" -- "${ER_CMD[@]}"
+  else
+    "${ER_CMD[@]}"
   fi
 }
 
@@ -344,7 +361,7 @@ er_fc_main() {
   er_require_model "$MODEL_PATH"
   er_dry_run || er_require_plugin
   er_train_cmd "$config" "${overrides[@]}"
-  er_run "${ER_CMD[@]}"
+  er_train
   if er_smoke; then
     er_smoke_check function-calling
   fi

@@ -43,7 +43,7 @@ er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare mixed-debu
 er_require_model "$MODEL_PATH"
 er_dry_run || er_require_plugin
 er_train_cmd egpo_ratio_mixed "${overrides[@]}"
-er_run "${ER_CMD[@]}"
+er_train
 if er_smoke; then
   er_smoke_check mixed
 fi

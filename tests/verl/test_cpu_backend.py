@@ -116,7 +116,7 @@ def tokenizer():
 def vl_checkpoint(tmp_path_factory, tokenizer):
     from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2vl
     from entropyrl.local.tokenizer import build_qwen2vl_processor
-    from entropyrl.verl.smoke import _save_checkpoint
+    from entropyrl.verl.smoke_assets import _save_checkpoint
 
     folder = tmp_path_factory.mktemp("vl") / "model"
     model = build_tiny_qwen2vl(tokenizer, TinyModelConfig(hidden_size=64), seed=1)
@@ -127,7 +127,7 @@ def vl_checkpoint(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def text_checkpoint(tmp_path_factory, tokenizer):
     from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
-    from entropyrl.verl.smoke import _save_checkpoint
+    from entropyrl.verl.smoke_assets import _save_checkpoint
 
     folder = tmp_path_factory.mktemp("text") / "model"
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=2)
@@ -291,3 +291,102 @@ def test_video_prompts_are_refused(compose, text_checkpoint):
     server = make_server(compose, text_checkpoint)
     with pytest.raises(NotImplementedError, match="text and image"):
         asyncio.run(server.generate([1, 2], {"temperature": 1.0}, "v", video_data=[object()]))
+
+
+@pytest.fixture(scope="module")
+def vl25_checkpoint(tmp_path_factory, tokenizer):
+    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2_5_vl
+    from entropyrl.local.tokenizer import build_qwen2vl_processor
+    from entropyrl.verl.smoke_assets import _save_checkpoint
+
+    folder = tmp_path_factory.mktemp("vl25") / "model"
+    model = build_tiny_qwen2_5_vl(tokenizer, TinyModelConfig(hidden_size=64), seed=3)
+    _save_checkpoint(model, tokenizer, build_qwen2vl_processor(tokenizer, image_size=112), folder)
+    return folder
+
+
+def test_qwen2_5_vl_processor_is_bound_to_its_own_rope_index(vl25_checkpoint, cpu_fixes):
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+    from verl.workers.config import model as model_config
+
+    processor = model_config.hf_processor(str(vl25_checkpoint))
+    assert type(processor).__name__ == "Qwen2_5_VLProcessor"
+    assert processor.config.model_type == "qwen2_5_vl"
+    assert processor.get_rope_index.__func__ is Qwen2_5_VLModel.get_rope_index
+
+
+def _reference_attention(q, k, v, lengths, causal=True):
+    """Plain softmax attention, one sequence at a time ([total, heads, dim] inputs)."""
+    out, start = [], 0
+    repeat = q.shape[1] // k.shape[1]
+    for n in lengths:
+        qs, ks, vs = q[start : start + n], k[start : start + n], v[start : start + n]
+        ks, vs = ks.repeat_interleave(repeat, 1), vs.repeat_interleave(repeat, 1)
+        scores = torch.einsum("qhd,khd->hqk", qs, ks) / qs.shape[-1] ** 0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+        out.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), vs))
+        start += n
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_varlen_attention_keeps_packed_sequences_apart(kv_heads):
+    from entropyrl.verl.cpu_backend import varlen_attention
+
+    torch.manual_seed(0)
+    lengths = [5, 1, 9, 3]
+    total = sum(lengths)
+    q, k, v = (
+        torch.randn(total, 4, 8),
+        torch.randn(total, kv_heads, 8),
+        torch.randn(total, kv_heads, 8),
+    )
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    got = varlen_attention(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+    torch.testing.assert_close(got, _reference_attention(q, k, v, lengths), rtol=1e-5, atol=1e-5)
+    # each sequence alone gives the same rows: nothing leaks across the packing
+    one = torch.tensor([0, 1], dtype=torch.int32)
+    alone = varlen_attention(q[5:6], k[5:6], v[5:6], one, one, 1, 1, causal=True)
+    torch.testing.assert_close(got[5:6], alone)
+
+
+def test_padded_attention_is_causal_within_the_valid_part_of_each_row():
+    from entropyrl.verl.cpu_backend import padded_attention
+
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 6, 4, 8) for _ in range(3))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]])  # right- and left-padded
+    got = padded_attention(q, k, v, mask, 6, is_causal=True)
+    torch.testing.assert_close(got[0, :4], _reference_attention(q[0, :4], k[0, :4], v[0, :4], [4]))
+    torch.testing.assert_close(got[1, 2:], _reference_attention(q[1, 2:], k[1, 2:], v[1, 2:], [4]))
+    assert got[0, 4:].abs().sum() == 0 and got[1, :2].abs().sum() == 0
+    unmasked = padded_attention(q, k, v, None, 6, is_causal=True)
+    torch.testing.assert_close(unmasked[0], _reference_attention(q[0], k[0], v[0], [6]))
+
+
+def test_verls_remove_padding_attention_runs_on_the_stand_in(cpu_fixes):
+    """verl's own `_custom_flash_attention_forward` (the remove-padding path of Qwen2-VL and
+    Qwen2.5-VL) on a packed row of three sequences equals attention per sequence."""
+    from verl.models.transformers import qwen2_vl
+
+    torch.manual_seed(2)
+    lengths = [4, 7, 2]
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, total, 4, 8) for _ in range(3))
+    positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    got = qwen2_vl._custom_flash_attention_forward(
+        q, k, v, None, query_length=total, is_causal=True, position_ids=positions
+    )
+    expected = _reference_attention(q[0], k[0], v[0], lengths)
+    torch.testing.assert_close(got.reshape(total, 4, 8), expected, rtol=1e-5, atol=1e-5)
+    single = qwen2_vl._custom_flash_attention_forward(
+        q[:, :4],
+        k[:, :4],
+        v[:, :4],
+        None,
+        query_length=4,
+        is_causal=True,
+        position_ids=torch.arange(4).unsqueeze(0),
+    )  # one sequence: verl takes transformers' padded path
+    torch.testing.assert_close(single.reshape(4, 4, 8), expected[:4], rtol=1e-5, atol=1e-5)

@@ -8,7 +8,6 @@ the rollout makes, and the filter itself runs where torchvision exists.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -161,11 +160,11 @@ def test_rlhf_dataset_reads_coco_parquet_with_images(compose, tokenizer, coco_pa
         assert int((inputs["input_ids"][0] == pad).sum()) == module.image_token_count(112)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("torchvision") is None,
-    reason="verl's multi-modal prompt filter imports qwen_vl_utils, which needs torchvision",
-)
-def test_rlhf_dataset_multimodal_filter(compose, tokenizer, coco_parquet, tmp_path):
+def test_rlhf_dataset_multimodal_filter(
+    compose, tokenizer, coco_parquet, tmp_path, qwen_vl_utils_module
+):
+    """verl's own RLHFDataset with its overlong-prompt filter on (what the GPU recipe runs),
+    qwen_vl_utils loaded without torchvision (its image path does not use it)."""
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     module = pytest.importorskip("entropyrl.local.tokenizer")

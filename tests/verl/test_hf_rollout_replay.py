@@ -27,7 +27,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tokenizer):
     from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
-    from entropyrl.verl.smoke import _save_checkpoint
+    from entropyrl.verl.smoke_assets import _save_checkpoint
 
     folder = tmp_path_factory.mktemp("text") / "model"
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=2)

@@ -104,3 +104,36 @@ def test_reads_prepare_coco_parquet_like_the_agent_loop(compose, tmp_path):
     assert len(images) == 1 and images[0].size == (112, 112)
     truth = json.loads(item["reward_model"]["ground_truth"])
     assert truth["image_id"] == item["extra_info"]["image_id"]
+
+
+@pytest.fixture(scope="module")
+def qwen_vl_utils_images(qwen_vl_utils_module):
+    return qwen_vl_utils_module.process_vision_info
+
+
+@pytest.mark.parametrize("size", [(112, 112), (640, 480), (57, 300), (10, 10), (1400, 90)])
+@pytest.mark.parametrize("patch", [14, 16])
+def test_pillow_images_equal_qwen_vl_utils_images(qwen_vl_utils_images, tmp_path, size, patch):
+    """verl's GPU path (RLHFDataset -> qwen_vl_utils.process_vision_info) and the CPU smoke's
+    (PillowRLHFDataset) give the same images, pixel for pixel, for Qwen2/2.5-VL (patch 14) and
+    Qwen3-VL (patch 16) patch sizes, bounds from the message included."""
+    import numpy as np
+
+    path = tmp_path / "image.png"
+    rng = np.random.default_rng(sum(size) + patch)
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+    for extra in ({}, {"min_pixels": 64 * 32 * 32, "max_pixels": 128 * 32 * 32}):
+        messages = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": str(path), **extra},
+                    {"type": "text", "text": "Describe."},
+                ],
+            }
+        ]
+        theirs, _ = qwen_vl_utils_images(messages, image_patch_size=patch)
+        ours, videos, _ = PillowRLHFDataset._process_multi_modal_info(messages, patch, None)
+        assert videos is None and len(ours) == len(theirs) == 1
+        assert ours[0].size == theirs[0].size
+        assert np.array_equal(np.asarray(ours[0]), np.asarray(theirs[0]))

@@ -10,7 +10,9 @@ Three real `main_ppo` runs through `examples/chair_mscoco.sh --smoke`, shared by
   its rollouts (`ENTROPYRL_ROLLOUT_RECORD`) and the 2-rank run replays them
   (`ENTROPYRL_ROLLOUT_REPLAY`), so both train on the same prompts and responses; sampling itself
   cannot be shared, as each replica has its own seed and requests land on replicas by load.
-  Both use one PPO mini-batch per step and two PPO epochs: an update then sees the same rows in
+  Both train with `maxent_grpo` (its advantages need the reference worker's log-probs, so a
+  reference that did not reach the estimator fails the run) and use one PPO mini-batch per step
+  and two PPO epochs: an update then sees the same rows in
   either layout (with several mini-batches, balance_batch groups different rows into a
   mini-batch on 2 ranks than on 1), and the second epoch is off-policy, so the per-sample clip
   acts (lr 1e-3 makes it act on this tiny model). The actor and reference run in float32
@@ -46,14 +48,19 @@ import torch
 from entropyrl.clip_schedules import clip_high_from_hallucination
 from entropyrl.verl import smoke, trace
 from entropyrl.verl.hf_rollout import RECORD_ENV, REPLAY_ENV
+from entropyrl.verl.smoke_check import read_metrics
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT = 1800
 SETTINGS = smoke.default_settings("caption", ranks=2)
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+PAIR_PROMPTS = 4  # prompts per step of the 1-vs-2 pair: one mini-batch, 20 rows
 SAME_BATCH = (
     "actor_rollout_ref.rollout.full_determinism=true",
-    f"actor_rollout_ref.actor.ppo_mini_batch_size={SETTINGS.prompts_per_step}",
+    f"data.train_batch_size={PAIR_PROMPTS}",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={PAIR_PROMPTS}",
+    # MaxEnt-GRPO reads the reference worker's log-probs: beta > 0 fails without them
+    "algorithm.adv_estimator=maxent_grpo",
     "actor_rollout_ref.actor.ppo_epochs=2",
     "actor_rollout_ref.actor.optim.lr=1e-3",
     f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32}",
@@ -162,7 +169,7 @@ def two_ranks(repo_root, smoke_cache, tmp_path_factory, one_rank) -> Path:
 
 
 def metrics(out: Path) -> dict[int, dict[str, float]]:
-    return {row["step"]: row["data"] for row in smoke.read_metrics(out / "metrics.jsonl")}
+    return {row["step"]: row["data"] for row in read_metrics(out / "metrics.jsonl")}
 
 
 def driver_rows(out: Path) -> dict[tuple[int, str], dict]:
@@ -232,9 +239,7 @@ def test_two_ranks_scored_through_a_service_on_a_reachable_address_with_the_toke
     assert CHAIR_TOKEN not in (two_ranks / "config.yaml").read_text()
     for step, data in metrics(two_ranks).items():
         assert data["chair/fallback_samples"] == 0, step
-        assert (
-            data["chair/scored_samples"] == SETTINGS.prompts_per_step * SETTINGS.rollouts_per_prompt
-        )
+        assert data["chair/scored_samples"] == PAIR_PROMPTS * SETTINGS.rollouts_per_prompt
 
 
 def test_two_ranks_compute_the_numbers_of_one_rank(one_rank, two_ranks):
@@ -342,10 +347,10 @@ def test_two_rank_step_metrics_equal_the_one_rank_step(one_rank, two_ranks):
             assert b[name] == pytest.approx(a[name], **COUNTS), (step, name)
         assert b["actor/clip/high_mean"] == pytest.approx(a["actor/clip/high_mean"], **BATCH_MEAN)
         assert b["actor/ppo_kl"] == pytest.approx(a["actor/ppo_kl"], **AFTER_UPDATE)
-        # The driver's own metrics (CHAIR, EGPO, the bounds it gave): the same samples, averaged
-        # in another order; at step 2 the entropies come from the updated policy.
-        driver = [n for n in a if n.startswith(("chair/", "egpo/", "clip/"))]
-        assert {"chair/chair_i_mean", "egpo/bonus/mean", "clip/bound_mean"} <= set(driver)
+        # The driver's own metrics (CHAIR, MaxEnt, the bounds it gave): the same samples,
+        # averaged in another order; at step 2 the entropies come from the updated policy.
+        driver = [n for n in a if n.startswith(("chair/", "egpo/", "maxent/", "clip/"))]
+        assert {"chair/chair_i_mean", "maxent/target_entropy", "clip/bound_mean"} <= set(driver)
         for name in driver:
             tolerance = BATCH_MEAN if step == 1 or name.startswith("chair/") else AFTER_UPDATE
             assert b[name] == pytest.approx(a[name], **tolerance), (step, name)
