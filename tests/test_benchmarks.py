@@ -107,3 +107,39 @@ def test_bfcl_agreement_benchmark_runs_on_a_few_entries():
         assert looser == 0 and both_1 > 0 and both_0 > 0
         assert candidates == both_1 + both_0 + looser + stricter
     assert "Correct answers not scored 1 by both: 0" in result.stdout
+
+
+def test_plugin_overhead_benchmark_plans_runs_that_compose_and_summarizes_them():
+    """Its real runs take minutes (README table); here: the commands it would run compose into
+    configs that pass the checks, the variants are the two trainers, and the table is built
+    from verl's timing metrics as read from a metrics file."""
+    spec = importlib.util.spec_from_file_location(
+        "plugin_overhead", ROOT / "benchmarks" / "plugin_overhead.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = run_benchmark(
+        "plugin_overhead.py", "--dry-run", "--runs", "2", "--steps", "4", "--warmup", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    commands = [line.split() for line in result.stdout.splitlines()]
+    assert [c[c.index("--out") + 1].rsplit("/", 1)[1] for c in commands] == [
+        "on-0",
+        "off-0",
+        "off-1",
+        "on-1",
+    ]
+    from entropyrl.verl import preflight
+
+    for variant in ("on", "off"):
+        config = preflight.compose_recipe("chair_mscoco", list(bench.VARIANTS[variant]))
+        assert preflight.config_findings(config) == []
+    rows = [
+        {"step": step, "data": {f"timing_s/{phase}": float(step) for phase in bench.PHASES}}
+        for step in (1, 2, 3, 4)
+    ]
+    kept = bench.phase_times(rows, warmup=1)
+    assert kept["step"] == [2.0, 3.0, 4.0]
+    table = bench.summarize({"on": kept, "off": {p: [v / 2 for v in vs] for p, vs in kept.items()}})
+    assert table["step"] == {"on": 3.0, "off": 1.5, "ratio": 2.0, "steps": 3}
+    assert "| step | 1.500 | 3.000 | 2.000 | 3 |" in bench.markdown(table)

@@ -379,6 +379,8 @@ def check_run(settings: Any, out: Path) -> int:
     from entropyrl.verl.doctor import expected_verl_messages
 
     metrics, config_path = out / "metrics.jsonl", out / "config.yaml"
+    if not config_path.is_file():  # verl's own trainer writes none: the config Hydra composed
+        config_path = out / "hydra" / ".hydra" / "config.yaml"
     if not metrics.is_file() or not config_path.is_file():
         print(f"smoke check: {out} has no metrics.jsonl or config.yaml (the run did not train)")
         return 1
@@ -398,5 +400,6 @@ def check_run(settings: Any, out: Path) -> int:
         print(summarize(rows))
         print("smoke check FAILED:\n  " + "\n  ".join(problems))
         return 1
-    print(f"smoke check passed: {len(rows)} steps in {metrics}")
+    trained = sum(1 for row in rows if row["step"] >= 1)
+    print(f"smoke check passed: {trained} steps in {metrics}")
     return 0
