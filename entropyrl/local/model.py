@@ -115,6 +115,51 @@ class PatchProjection(torch.nn.Conv3d):
         return out.reshape(patches.shape[0], self.out_channels, 1, 1, 1)
 
 
+def _text_config(tokenizer: Any, config: TinyModelConfig, **extra: Any) -> dict[str, Any]:
+    """The text decoder's settings every tiny Qwen shares (vocabulary and special ids from the
+    tokenizer), plus `extra` (rope parameters, head dim)."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "max_position_embeddings": config.max_positions,
+        "bos_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "tie_word_embeddings": config.tie_embeddings,
+        **extra,
+    }
+
+
+def _mrope(head_dim: int, section: list[int] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": section or _mrope_section(head_dim),
+            **extra,
+        }
+    }
+
+
+def _finish(model: Any, tokenizer: Any) -> Any:
+    """The patch embedding as one matmul (vision models) and the generation ids."""
+    projection = getattr(getattr(model.model, "visual", None), "patch_embed", None)
+    projection = getattr(projection, "proj", None)
+    if (
+        isinstance(projection, torch.nn.Conv3d)
+        and projection.stride == projection.kernel_size
+        and not any(projection.padding)
+    ):
+        projection.__class__ = PatchProjection  # same module, parameters and checkpoint keys
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
     """A randomly initialised `Qwen2VLForConditionalGeneration` sized by `config`.
 
@@ -126,24 +171,7 @@ def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *,
     config = config or TinyModelConfig()
     head_dim = config.hidden_size // config.num_heads
     hf_config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": config.hidden_size,
-            "intermediate_size": config.intermediate_size,
-            "num_hidden_layers": config.num_layers,
-            "num_attention_heads": config.num_heads,
-            "num_key_value_heads": config.num_kv_heads,
-            "max_position_embeddings": config.max_positions,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "mrope_section": _mrope_section(head_dim),
-            },
-            "bos_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
-            "tie_word_embeddings": config.tie_embeddings,
-        },
+        text_config=_text_config(tokenizer, config, **_mrope(head_dim)),
         vision_config={
             "depth": config.vision_depth,
             "embed_dim": config.vision_embed_dim,
@@ -158,27 +186,7 @@ def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *,
     )
     hf_config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(hf_config)
-    projection = model.model.visual.patch_embed.proj
-    if projection.stride == projection.kernel_size and not any(projection.padding):
-        projection.__class__ = PatchProjection  # same module, parameters and checkpoint keys
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
-
-
-def _finish(model: Any, tokenizer: Any) -> Any:
-    projection = getattr(getattr(model.model, "visual", None), "patch_embed", None)
-    projection = getattr(projection, "proj", None)
-    if (
-        isinstance(projection, torch.nn.Conv3d)
-        and projection.stride == projection.kernel_size
-        and not any(projection.padding)
-    ):
-        projection.__class__ = PatchProjection  # same module, parameters and checkpoint keys
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return _finish(Qwen2VLForConditionalGeneration(hf_config), tokenizer)
 
 
 def build_tiny_qwen2_5_vl(
@@ -195,24 +203,7 @@ def build_tiny_qwen2_5_vl(
     config = config or TinyModelConfig()
     head_dim = config.hidden_size // config.num_heads
     hf_config = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": config.hidden_size,
-            "intermediate_size": config.intermediate_size,
-            "num_hidden_layers": config.num_layers,
-            "num_attention_heads": config.num_heads,
-            "num_key_value_heads": config.num_kv_heads,
-            "max_position_embeddings": config.max_positions,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "mrope_section": _mrope_section(head_dim),
-            },
-            "bos_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
-            "tie_word_embeddings": config.tie_embeddings,
-        },
+        text_config=_text_config(tokenizer, config, **_mrope(head_dim)),
         vision_config={
             "depth": config.vision_depth,
             "hidden_size": config.vision_embed_dim,
@@ -255,26 +246,12 @@ def build_tiny_qwen3_vl(
     if len(deepstack) > config.num_layers:
         raise ValueError(f"num_layers must be >= {len(deepstack)} (DeepStack layers)")
     hf_config = Qwen3VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": config.hidden_size,
-            "intermediate_size": config.intermediate_size,
-            "num_hidden_layers": config.num_layers,
-            "num_attention_heads": config.num_heads,
-            "num_key_value_heads": config.num_kv_heads,
-            "head_dim": head_dim,
-            "max_position_embeddings": config.max_positions,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "mrope_section": [half - 2 * spatial, spatial, spatial],
-                "mrope_interleaved": True,
-            },
-            "bos_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
-            "tie_word_embeddings": config.tie_embeddings,
-        },
+        text_config=_text_config(
+            tokenizer,
+            config,
+            head_dim=head_dim,
+            **_mrope(head_dim, [half - 2 * spatial, spatial, spatial], mrope_interleaved=True),
+        ),
         vision_config={
             "depth": config.vision_depth,
             "hidden_size": config.vision_embed_dim,
@@ -300,18 +277,7 @@ def build_tiny_qwen3(tokenizer: Any, config: TinyModelConfig | None = None, *, s
 
     config = config or TinyModelConfig()
     hf_config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_kv_heads,
-        head_dim=config.hidden_size // config.num_heads,
-        max_position_embeddings=config.max_positions,
-        bos_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=config.tie_embeddings,
+        **_text_config(tokenizer, config, head_dim=config.hidden_size // config.num_heads)
     )
     hf_config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
@@ -323,25 +289,10 @@ def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, s
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = config or TinyModelConfig()
-    hf_config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_kv_heads,
-        max_position_embeddings=config.max_positions,
-        bos_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=config.tie_embeddings,
-    )
+    hf_config = Qwen2Config(**_text_config(tokenizer, config))
     hf_config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(hf_config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return _finish(Qwen2ForCausalLM(hf_config), tokenizer)
 
 
 def load_pretrained(path: str | os.PathLike[str], *, vision: bool = True):

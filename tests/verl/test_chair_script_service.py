@@ -74,26 +74,34 @@ def gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
-    repo_root, tmp_path
-) -> None:
+# What a GPU node without vLLM and flash-attn can run (the script checks both first).
+NO_VLLM_NO_FLASH = (
+    "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+)
+
+
+def gpu_node(tmp_path: Path, truth: str, trainer_case: str) -> tuple[dict[str, str], Path]:
+    """Inputs and stand-ins of a GPU node for examples/chair_mscoco.sh: dummy data files (only
+    checked for presence before the trainer), a CHAIR ground truth `truth`, a model folder,
+    nvidia-smi listing one GPU, and a `python` that runs `trainer_case` (a shell command) in
+    place of verl's trainer and passes the doctor check. Returns the environment and the
+    ground-truth path."""
     data, model, bin_dir, temp = (tmp_path / n for n in ("data", "model", "bin", "tmp"))
     for folder in (data, model, bin_dir, temp):
         folder.mkdir()
     for name in ("train.parquet", "val.parquet", "cider_df.json.gz"):
-        (data / name).write_bytes(b"")  # only checked for presence before the trainer
-    truth = data / "chair_ground_truth.json"
-    truth.write_text(json.dumps({"1": ["dog"]}))
+        (data / name).write_bytes(b"")
+    ground_truth = data / "chair_ground_truth.json"
+    ground_truth.write_text(truth)
     (model / "config.json").write_text("{}")
-    trainer = tmp_path / "trainer.py"
-    trainer.write_text(TRAINER)
-    record = tmp_path / "record.json"
     write_executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100'\n")
     python = write_executable(
         tmp_path / "python",
         "#!/bin/sh\n"
         'case " $* " in\n'
-        f'  *" verl.trainer.main_ppo "*) exec "{sys.executable}" "{trainer}" "{truth}" "{record}" "$@" ;;\n'
+        f'  *" verl.trainer.main_ppo "*) {trainer_case} ;;\n'
         '  *" entropyrl doctor "*) exit 0 ;;\n'
         "esac\n"
         f'exec "{sys.executable}" "$@"\n',
@@ -106,14 +114,23 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
         "MODEL_PATH": str(model),
         "TMPDIR": str(temp),
     }
-    # What a GPU node without vLLM and flash-attn can run (the script checks both first).
-    overrides = [
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.model.use_remove_padding=false",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    ]
+    return env, ground_truth
+
+
+def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
+    repo_root, tmp_path
+) -> None:
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(TRAINER)
+    record = tmp_path / "record.json"
+    truth = tmp_path / "data" / "chair_ground_truth.json"
+    env, _ = gpu_node(
+        tmp_path,
+        json.dumps({"1": ["dog"]}),
+        f'exec "{sys.executable}" "{trainer}" "{truth}" "{record}" "$@"',
+    )
     result = subprocess.run(
-        ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *overrides],
+        ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *NO_VLLM_NO_FLASH],
         capture_output=True,
         text=True,
         env=env,
@@ -128,45 +145,16 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
     assert f"CHAIR service restarted at {url} (pid {second})" in result.stderr
     assert "Traceback" not in result.stderr
     assert gone(second)  # the script's exit stopped the supervisor, which stopped the service
-    assert list(temp.iterdir()) == []  # its work folder is removed
+    assert list((tmp_path / "tmp").iterdir()) == []  # its work folder is removed
 
 
 def test_a_service_that_does_not_come_up_stops_the_run_unless_optional(repo_root, tmp_path) -> None:
     """A multi-hour GPU run must not go on as plain GRPO by accident: no CHAIR service, no run,
     unless CHAIR_OPTIONAL=1 asks for the documented fallback."""
-    data, model, bin_dir, temp = (tmp_path / n for n in ("data", "model", "bin", "tmp"))
-    for folder in (data, model, bin_dir, temp):
-        folder.mkdir()
-    for name in ("train.parquet", "val.parquet", "cider_df.json.gz"):
-        (data / name).write_bytes(b"")
-    (data / "chair_ground_truth.json").write_text("not json")  # the service cannot start
-    (model / "config.json").write_text("{}")
     record = tmp_path / "trainer_ran"
-    write_executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100'\n")
-    python = write_executable(
-        tmp_path / "python",
-        "#!/bin/sh\n"
-        'case " $* " in\n'
-        f'  *" verl.trainer.main_ppo "*) echo "$@" > "{record}"; exit 0 ;;\n'
-        '  *" entropyrl doctor "*) exit 0 ;;\n'
-        "esac\n"
-        f'exec "{sys.executable}" "$@"\n',
-    )
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PYTHON": str(python),
-        "DATA_DIR": str(data),
-        "MODEL_PATH": str(model),
-        "TMPDIR": str(temp),
-        "CHAIR_TIMEOUT": "5",
-    }
-    overrides = [
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.model.use_remove_padding=false",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    ]
-    script = ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *overrides]
+    env, _ = gpu_node(tmp_path, "not json", f'echo "$@" > "{record}"; exit 0')  # cannot start
+    env["CHAIR_TIMEOUT"] = "5"
+    script = ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *NO_VLLM_NO_FLASH]
     run = subprocess.run(script, capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 2
     assert "error: the CHAIR service did not come up within 5s" in run.stderr
