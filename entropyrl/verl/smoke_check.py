@@ -219,7 +219,9 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
     schedule = bool(get("algorithm.clip_schedule.enable", False))
     for row in rows:
         data, step = row["data"], row["step"]
-        required = ["actor/pg_loss", "critic/score/mean", "training/rollout_probs_diff_mean"]
+        required = ["actor/pg_loss", "critic/score/mean"]
+        if not correction:  # in bypass mode the old log-probs are the rollout's: nothing to compare
+            required.append("training/rollout_probs_diff_mean")
         if schedule:
             required += ["clip/bound_mean", "clip/bound_min", "clip/bound_max"]
             required += ["actor/clip/frac_high", "actor/clip/frac_low", "chair/fallback_samples"]

@@ -220,7 +220,8 @@ class EntropyPPOTrainer(PPOTrainerSync):
         algorithm = self.config.algorithm
         wants_entropy = algorithm.adv_estimator in ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable
-        if not wants_entropy and not wants_clip:
+        tracing = trace.trace_dir() is not None
+        if not wants_entropy and not wants_clip and not tracing:
             return super()._compute_advantage(batch, metrics)
         names = step_field_names(self.config, bool(self.use_reference_policy))
         tensors, extra_fields = fetch_step_fields(batch, names)
@@ -249,7 +250,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         )
         metrics.update(clip_metrics)
         metrics.update(chair_status_metrics(extra_fields, valid))
-        if trace.trace_dir() is not None:
+        if tracing:
             self._trace(batch, tensors, clip_high, chair_i, valid)
         if clip_high is not None:
             batch = tq.kv_batch_put(

@@ -156,7 +156,18 @@ def verl_refusal(config, use_reference_policy: bool) -> str | None:
         multiple = PPOTrainer._get_required_batch_multiple(driver, dp)
         rows = get("data.train_batch_size") * n
         rows += -rows % multiple  # padding_utils.upsample_batch_to_divisible_size
-        share = tu.chunk_tensordict(_sequences(rows, longest), dp)[0]
+        # Sequence lengths matter only to token budgets: without dynamic batch sizes anywhere,
+        # one token a row tests the same arithmetic at a fraction of the memory.
+        dynamic_anywhere = any(
+            get(key)
+            for key in (
+                "actor_rollout_ref.actor.use_dynamic_bsz",
+                "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+                "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+            )
+        )
+        length = longest if dynamic_anywhere else 1
+        share = tu.chunk_tensordict(_sequences(rows, length), dp)[0]
         # ActorRolloutRefWorker.init_model: the actor's engine settings
         dynamic = get("actor_rollout_ref.actor.use_dynamic_bsz")
         assert dynamic == get("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz")
@@ -188,9 +199,7 @@ def verl_refusal(config, use_reference_policy: bool) -> str | None:
                 infer_micro=get("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
                 infer_tokens=get("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"),
             )
-            reference.infer_batch(
-                tu.chunk_tensordict(_sequences(rows, longest), world // ref_sp)[0]
-            )
+            reference.infer_batch(tu.chunk_tensordict(_sequences(rows, length), world // ref_sp)[0])
         # the update (trainer_base._update_actor's extra_info)
         update = share.clone()
         tu.assign_non_tensor(

@@ -215,8 +215,9 @@ def test_two_rank_smoke_trains_on_two_fsdp_ranks(smoke_two_ranks, one_rank):
     assert config.data.train_batch_size // actor.ppo_mini_batch_size >= 2
     steps = metrics(out)
     assert sorted(steps) == [1, 2]
-    # The same metric names as a 1-rank run.
-    assert set(steps[1]) == set(metrics(one_rank)[1])
+    # The same metric names as a 1-rank run (but for its estimator's own: one_rank runs maxent).
+    own = lambda names: {n for n in names if not n.startswith("maxent/")}  # noqa: E731
+    assert own(steps[1]) == own(metrics(one_rank)[1])
     workers = worker_rows(out)
     assert {row["rank"] for row in workers} == {0, 1}
     assert {row["dp_size"] for row in workers} == {2}

@@ -116,6 +116,7 @@ def fill_store(store: FakeTransferQueue, tokenizer, *, entropy: bool, chair: boo
 
 
 def make_trainer(monkeypatch, compose, tokenizer, store, overrides):
+    from verl.trainer.ppo.utils import need_reference_policy
     from verl.trainer.ppo.v1 import trainer_base
 
     monkeypatch.setattr(trainer_base, "tq", store)
@@ -123,6 +124,8 @@ def make_trainer(monkeypatch, compose, tokenizer, store, overrides):
     trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
     trainer.config = compose("chair_mscoco", overrides)
     trainer.tokenizer = tokenizer
+    # what verl's trainer __init__ sets, by verl's own rule
+    trainer.use_reference_policy = need_reference_policy(trainer.config)
     return trainer
 
 
