@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from chair_server.launch import start_server
-from entropyrl.chair_client import ChairClient
+from entropyrl.rewards.chair_client import ChairClient
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PARITY = REPO.parent / "shared" / "parity" / "chair"

@@ -10,7 +10,7 @@ the service is started with ``--parent-pid``, so it stops by itself when its lau
 Supervision: when the service dies (killed by a signal, or exits with a non-zero status) it is
 started again after a delay that doubles with each failed start (``restart_delay``, capped at
 ``MAX_RESTART_DELAY``), on the same port when it is free, else on a new one (``.url`` changes;
-an ``entropyrl.chair_client.ChairClient`` built from this handle follows it). Each event is one
+an ``entropyrl.rewards.chair_client.ChairClient`` built from this handle follows it). Each event is one
 WARNING line of the ``chair_server.launch`` logger and a ``launcher:`` line in the service log.
 A service that exits with status 0 was stopped on purpose (SIGTERM or SIGINT, e.g. Ctrl-C in
 the terminal) and is not restarted.

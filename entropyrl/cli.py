@@ -15,7 +15,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.local.cli",  # demo, train
     "entropyrl.data.cli",  # prepare coco | fc
-    "entropyrl.verl.doctor",  # doctor
+    "entropyrl.commands.doctor",  # doctor
 )
 
 

@@ -4,7 +4,7 @@
 # command is printed, shell-quoted, instead of run, and the resources it would take (nodes x
 # GPUs per node, from the overrides, N_GPUS or nvidia-smi) are noted on stderr. `--smoke [--out DIR] [--ranks N]` runs the
 # same verl trainer on this machine's CPU with a tiny model and generated data
-# (entropyrl.verl.smoke prepares them, then checks DIR/metrics.jsonl). Remaining arguments are
+# (entropyrl.commands.smoke prepares them, then checks DIR/metrics.jsonl). Remaining arguments are
 # Hydra overrides passed through to verl.
 
 ER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -67,7 +67,7 @@ er_smoke_plan() {
   mkdir -p "$ER_SMOKE_OUT"
   ER_SMOKE_OUT="$(cd "$ER_SMOKE_OUT" && pwd)"
   er_require_verl
-  "$ER_PYTHON" -m entropyrl.verl.smoke plan "$task" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS" \
+  "$ER_PYTHON" -m entropyrl.commands.smoke plan "$task" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS" \
     || er_fail "could not plan the smoke run (see the message above)"
   # shellcheck disable=SC1091
   source "$ER_SMOKE_OUT/smoke.env"
@@ -79,7 +79,7 @@ er_smoke_plan() {
 er_smoke_build() {
   er_dry_run && return 0
   echo "smoke: preparing the tiny model and data in $ER_SMOKE_OUT (reused when present)" >&2
-  "$ER_PYTHON" -m entropyrl.verl.smoke build "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" \
+  "$ER_PYTHON" -m entropyrl.commands.smoke build "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" \
     --ranks "$ER_RANKS" || er_fail "could not prepare the smoke run (see the message above)"
 }
 
@@ -98,7 +98,7 @@ er_preflight() {
   local flags=(--mode "$mode")
   er_dry_run && flags+=(--dry-run)
   env_file="$(mktemp "${TMPDIR:-/tmp}/entropyrl_preflight.XXXXXX")"
-  "$ER_PYTHON" -m entropyrl.verl.preflight "$config" "${flags[@]}" --env-out "$env_file" -- \
+  "$ER_PYTHON" -m entropyrl.commands.preflight "$config" "${flags[@]}" --env-out "$env_file" -- \
     "${ER_SMOKE_OVERRIDES[@]}" "$@" || status=$?
   if [ "$status" != 0 ]; then
     rm -f "$env_file"
@@ -115,7 +115,7 @@ er_preflight() {
 # --smoke: check DIR/metrics.jsonl after the run. er_smoke_check TASK
 er_smoke_check() {
   er_dry_run && return 0
-  "$ER_PYTHON" -m entropyrl.verl.smoke check "$1" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS"
+  "$ER_PYTHON" -m entropyrl.commands.smoke check "$1" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS"
 }
 
 # verl importable and the version this project is written for (one line, not a traceback).
@@ -160,12 +160,12 @@ er_run() {
 }
 
 # Run the training command ER_CMD: as it is on GPUs; in a smoke with verl's output in the run's
-# log and a line per step on the terminal (entropyrl.verl.smoke run). A dry run prints it.
+# log and a line per step on the terminal (entropyrl.commands.smoke run). A dry run prints it.
 er_train() {
   if er_dry_run; then
     er_print_cmd "${ER_CMD[@]}"
   elif er_smoke; then
-    "$ER_PYTHON" -m entropyrl.verl.smoke run "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" -- "${ER_CMD[@]}"
+    "$ER_PYTHON" -m entropyrl.commands.smoke run "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" -- "${ER_CMD[@]}"
   else
     "${ER_CMD[@]}"
   fi

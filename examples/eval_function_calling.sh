@@ -76,12 +76,12 @@ for run in $RUNS; do
   generations=()
   for entry in "${eval_sets[@]}"; do
     name="${entry%%=*}"
-    er_run "$ER_PYTHON" -m entropyrl.verl.evaluate generate --model "$model" --data "${entry#*=}" \
+    er_run "$ER_PYTHON" -m entropyrl.commands.evaluate generate --model "$model" --data "${entry#*=}" \
       --out "$OUT_DIR/$run/$name.jsonl" --max-new-tokens "$MAX_NEW_TOKENS" --tensor-parallel-size "$TP"
     generations+=("$OUT_DIR/$run/$name.jsonl")
   done
-  er_run "$ER_PYTHON" -m entropyrl.verl.evaluate score --name "$run" --bfcl "$BFCL_CHECK" \
+  er_run "$ER_PYTHON" -m entropyrl.commands.evaluate score --name "$run" --bfcl "$BFCL_CHECK" \
     --generations "${generations[@]}" --out "$OUT_DIR/$run/result.json"
   results+=(--result "${run^^}=$OUT_DIR/$run/result.json")
 done
-er_run "$ER_PYTHON" -m entropyrl.verl.evaluate table "${results[@]}" --out "$OUT_DIR/table.md"
+er_run "$ER_PYTHON" -m entropyrl.commands.evaluate table "${results[@]}" --out "$OUT_DIR/table.md"

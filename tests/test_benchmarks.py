@@ -129,7 +129,7 @@ def test_plugin_overhead_benchmark_plans_runs_that_compose_and_summarizes_them()
         "off-1",
         "on-1",
     ]
-    from entropyrl.verl import preflight
+    from entropyrl.commands import preflight
 
     for variant in ("on", "off"):
         config = preflight.compose_recipe("chair_mscoco", list(bench.VARIANTS[variant]))

@@ -23,15 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entropyrl.data.io import (
-    InputFileError,
-    RejectLog,
-    progress,
-    read_json,
-    stable_hash,
-    write_json,
-    write_parquet,
-)
+from entropyrl.data.io import InputFileError, RejectLog, progress, read_json
+from entropyrl.files import stable_hash, write_json, write_parquet
 
 __all__ = ["DEFAULT_CAPTION_PROMPT", "SPLITS", "prepare_coco"]
 

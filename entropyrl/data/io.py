@@ -1,35 +1,27 @@
-"""Input/output shared by the dataset converters.
+"""Input shared by the dataset converters.
 
-Atomic outputs (a half-written parquet file must never look like a dataset), JSON / JSON-lines
-readers whose errors name the file and the line, a progress bar for long inputs, stable hashes
-for order-independent splits, and the report of rejected rows (nothing is dropped silently).
+JSON / JSON-lines readers whose errors name the file and the line, a progress bar for long
+inputs, and the report of rejected rows (nothing is dropped silently). Outputs are written
+through `entropyrl.files` (atomic, stable hashes).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import tempfile
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from entropyrl.files import atomic_path
+
 __all__ = [
     "InputFileError",
     "RejectLog",
-    "atomic_path",
-    "canonical_json",
-    "current_umask",
     "progress",
     "read_json",
     "read_records",
-    "stable_hash",
-    "write_json",
-    "write_parquet",
 ]
 
 T = TypeVar("T")
@@ -38,69 +30,6 @@ PROGRESS_MIN_ITEMS = 2000  # below this a bar is noise
 
 class InputFileError(ValueError):
     """A converter input is missing or not parseable; the message names the file (and line)."""
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where the system allows (Linux /proc)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    with _UMASK_LOCK:  # elsewhere: set and restore (threads of this module are serialised)
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success.
-
-    The file gets the mode any tool's new file gets (0666 less the umask): mkstemp's 0600,
-    kept private while it is written, would otherwise leave data files unreadable to others.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def write_json(obj: Any, path: str | os.PathLike[str]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-
-
-def write_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
-    """Write rows (dicts with the same keys) as one parquet file, atomically."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist(list(rows))
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
-
-
-def canonical_json(obj: Any) -> str:
-    """One spelling per JSON value (sorted keys, no spaces): the input of :func:`stable_hash`."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def stable_hash(*parts: Any) -> int:
-    """sha1 of the parts' canonical JSON as an int: same on every machine and Python run."""
-    digest = hashlib.sha1(canonical_json(list(parts)).encode("utf-8")).hexdigest()
-    return int(digest, 16)
 
 
 def progress(items: Iterable[T], *, total: int | None = None, desc: str = "") -> Iterable[T]:

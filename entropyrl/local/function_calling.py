@@ -331,14 +331,14 @@ def rl_summary(history: Sequence[dict[str, float]]) -> dict[str, float]:
 
 def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Warm-up, then each variant (`--compare`, default grpo,egpo) from the same checkpoint."""
-    from entropyrl.local.model import (
+    from entropyrl.models.tiny import (
         TinyModelConfig,
         build_tiny_qwen2,
         load_pretrained,
         pick_device,
         seed_everything,
     )
-    from entropyrl.local.tokenizer import build_qwen_tokenizer
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     if not cfg.compare:
         cfg.compare = "grpo,egpo"

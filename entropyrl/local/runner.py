@@ -233,18 +233,18 @@ class CaptionSession:
 
     def __init__(self, cfg: DemoConfig, world_dir: str | Path, *, seed: int | None = None) -> None:
         from chair_server.launch import start_server
-        from entropyrl.chair_client import ChairClient
         from entropyrl.data.synthetic import build_synthetic_coco
         from entropyrl.local.captioning import CaptionTask
-        from entropyrl.local.model import (
+        from entropyrl.models.tiny import (
             TinyModelConfig,
             build_tiny_qwen2vl,
             load_pretrained,
             pick_device,
             seed_everything,
         )
-        from entropyrl.local.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+        from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
         from entropyrl.rewards.caption import CaptionReward
+        from entropyrl.rewards.chair_client import ChairClient
         from entropyrl.rewards.cider import CiderD
 
         self.cfg = cfg

@@ -28,7 +28,7 @@ __all__ = ["CaptionReward", "CaptionRewardResult", "ChairScorerLike"]
 
 @runtime_checkable
 class ChairScorerLike(Protocol):
-    """Anything that scores captions like ``entropyrl.chair_client.ChairClient``.
+    """Anything that scores captions like ``entropyrl.rewards.chair_client.ChairClient``.
 
     ``score(items)`` receives ``[{"image_id": int, "caption": str}, ...]`` and returns one entry
     per item: the CHAIR server's per-sentence dict (with ``"metrics": {"CHAIRs", "CHAIRi",

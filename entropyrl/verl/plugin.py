@@ -7,7 +7,7 @@ Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing 
 - the trainer `trainer.v1.trainer_mode=entropyrl`;
 - the rollout `actor_rollout_ref.rollout.name=hf` (transformers `generate`, for CPU runs);
 - the platform `cpu` (selected with `VERL_PLATFORM=cpu`); when it is selected, the CPU backend
-  fixes of `entropyrl.verl.cpu_backend` are installed too.
+  fixes of `entropyrl.verl.cpu.backend` are installed too.
 verl logs plugin import errors at DEBUG level only, so `check_registrations()` verifies the
 registries and `entropyrl doctor` reports them.
 """
@@ -18,10 +18,11 @@ import importlib
 import sys
 
 # The platform first: verl's FSDP engine module asks for it on import, and the trainer imports it.
-from entropyrl.verl import cpu_platform
+from entropyrl.verl.cpu import platform as cpu_platform
 
 # isort: split
-from entropyrl.verl import cpu_backend, validation
+from entropyrl.verl import validation
+from entropyrl.verl.cpu import backend as cpu_backend
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still

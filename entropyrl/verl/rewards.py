@@ -175,7 +175,7 @@ def caption_batcher(
 
         client = None
         if chair_url:
-            from entropyrl.chair_client import ChairClient
+            from entropyrl.rewards.chair_client import ChairClient
 
             client = ChairClient(
                 chair_url,

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from chair_server.launch import start_server
-from entropyrl.chair_client import ChairClient, ChairServiceError
+from entropyrl.rewards.chair_client import ChairClient, ChairServiceError
 
 ITEMS = [{"image_id": 1001, "caption": "A man and a cat."}] * 3
 
@@ -25,11 +25,11 @@ def closed_port() -> int:
 
 
 def lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "entropyrl.chair_client"]
+    return [r.getMessage() for r in caplog.records if r.name == "entropyrl.rewards.chair_client"]
 
 
 def test_after_a_failure_calls_stop_instead_of_paying_retries(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="entropyrl.chair_client")
+    caplog.set_level(logging.WARNING, logger="entropyrl.rewards.chair_client")
     url = f"http://127.0.0.1:{closed_port()}"
     client = ChairClient(url, retries=2, backoff=0.01, breaker_cooldown=600)
     assert client.score(ITEMS) == [None] * 3
@@ -54,7 +54,7 @@ def test_after_a_failure_calls_stop_instead_of_paying_retries(caplog) -> None:
 def test_half_open_probe_brings_calls_back_when_the_service_returns(
     session_gt_file, caplog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="entropyrl.chair_client")
+    caplog.set_level(logging.WARNING, logger="entropyrl.rewards.chair_client")
     port = closed_port()
     client = ChairClient(f"http://127.0.0.1:{port}", retries=1, backoff=0.01, breaker_cooldown=0.05)
     assert client.score(ITEMS) == [None] * 3
@@ -87,7 +87,7 @@ def test_failed_probes_back_off_and_never_post() -> None:
 
 
 def test_without_breaker_every_call_retries_and_the_status_is_still_reported(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="entropyrl.chair_client")
+    caplog.set_level(logging.WARNING, logger="entropyrl.rewards.chair_client")
     client = ChairClient(
         f"http://127.0.0.1:{closed_port()}", retries=1, backoff=0.01, breaker_cooldown=None
     )
@@ -110,7 +110,7 @@ def test_the_two_status_lines_reach_stderr_without_any_logging_setup(session_gt_
         f"""
         import socket
         from chair_server.launch import start_server
-        from entropyrl.chair_client import ChairClient
+        from entropyrl.rewards.chair_client import ChairClient
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

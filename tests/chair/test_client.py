@@ -12,7 +12,7 @@ import pytest
 
 from chair_server import ChairScorer
 from chair_server.launch import start_server
-from entropyrl.chair_client import ChairClient, ChairServiceError
+from entropyrl.rewards.chair_client import ChairClient, ChairServiceError
 
 
 def free_port() -> int:
@@ -255,7 +255,7 @@ def test_single_caption_over_the_body_limit_falls_back_alone(chair_server_url) -
 
 def test_a_refused_token_stops_the_caller_instead_of_falling_back(token_server_url) -> None:
     """A wrong or missing token is a setup error: no fallback, whatever `strict` says."""
-    from entropyrl.chair_client import ChairAuthError
+    from entropyrl.rewards.chair_client import ChairAuthError
 
     items = [{"image_id": 1001, "caption": "A man with a dog."}]
     for token in (None, "wrong"):

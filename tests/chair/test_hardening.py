@@ -20,7 +20,7 @@ import pytest
 
 from chair_server.config import ServerSettings
 from chair_server.launch import start_server
-from entropyrl.chair_client import ChairClient
+from entropyrl.rewards.chair_client import ChairClient
 
 
 def call(url: str, path: str, body: object = None, *, raw: bytes | None = None, headers=None):

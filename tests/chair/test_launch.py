@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from chair_server.launch import start_server
-from entropyrl.chair_client import ChairClient
+from entropyrl.rewards.chair_client import ChairClient
 
 LAUNCHER = textwrap.dedent(
     """

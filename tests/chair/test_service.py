@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from chair_server import ChairScorer
-from entropyrl.chair_client import ChairClient
+from entropyrl.rewards.chair_client import ChairClient
 
 
 def call(url: str, path: str, body: object = None, *, raw: bytes | None = None, headers=None):

@@ -22,13 +22,13 @@ def entropyrl_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def small_tokenizer(entropyrl_cache):
-    from entropyrl.local.tokenizer import build_qwen_tokenizer
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(8192)
 
 
 @pytest.fixture(scope="session")
 def full_tokenizer(entropyrl_cache):
-    from entropyrl.local.tokenizer import build_qwen_tokenizer
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(None)

@@ -129,7 +129,9 @@ def outage_run(tmp_path_factory, entropyrl_cache):
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = records.append
-    loggers = [logging.getLogger(n) for n in ("entropyrl.chair_client", "chair_server.launch")]
+    loggers = [
+        logging.getLogger(n) for n in ("entropyrl.rewards.chair_client", "chair_server.launch")
+    ]
     patch.setattr(launch, "start_server", start_server)
     patch.setattr(captioning.CaptionTask, "reward", reward)
     patch.setenv("CHAIR_CACHE_DIR", str(tmp_path_factory.mktemp("chair-cache")))
@@ -163,7 +165,7 @@ def test_outage_is_announced_and_scores_come_back(outage_run) -> None:
     back = next(i for i in range(KILL + 1, len(unavailable)) if unavailable[i] == 0.0)
     assert back <= KILL + 3, unavailable  # within a few steps of the restart
     assert unavailable[-1] == 1.0
-    client_lines = [r.getMessage() for r in records if r.name == "entropyrl.chair_client"]
+    client_lines = [r.getMessage() for r in records if r.name == "entropyrl.rewards.chair_client"]
     assert [line.split(" (")[0].split(" at http")[0] for line in client_lines] == [
         "CHAIR service"
     ] * 3

@@ -48,8 +48,8 @@ def test_expand_and_select_move_each_image_block_with_its_row():
 
 @pytest.fixture(scope="module")
 def vlm(small_tokenizer):
-    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2vl
-    from entropyrl.local.tokenizer import build_qwen2vl_processor
+    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2vl
+    from entropyrl.models.tokenizer import build_qwen2vl_processor
 
     model = build_tiny_qwen2vl(small_tokenizer, TinyModelConfig(hidden_size=64), seed=0)
     processor = build_qwen2vl_processor(small_tokenizer, image_size=56)
@@ -111,7 +111,7 @@ def test_sampling_never_emits_forbidden_specials_and_log_probs_match_a_plain_for
 
 
 def test_patch_projection_is_the_convolution(vlm):
-    from entropyrl.local.model import PatchProjection
+    from entropyrl.models.tiny import PatchProjection
 
     model, _ = vlm
     projection = model.model.visual.patch_embed.proj
@@ -125,7 +125,7 @@ def test_patch_projection_is_the_convolution(vlm):
 
 
 def test_text_model_log_probs_ignore_left_padding(small_tokenizer):
-    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
 
     model = build_tiny_qwen2(small_tokenizer, TinyModelConfig(hidden_size=64), seed=1)
     pad = small_tokenizer.pad_token_id

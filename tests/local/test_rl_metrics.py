@@ -68,8 +68,8 @@ def _step(small_tokenizer, monkeypatch, *, lr: float, epochs: int, minibatches: 
     """One GRPO step of a tiny text model; returns (metrics, response mask of the rollout)."""
     import entropyrl.local.rl as rl
     from entropyrl.local.config import DemoConfig
-    from entropyrl.local.model import TinyModelConfig, build_tiny_qwen2
     from entropyrl.local.runner import rl_settings
+    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
 
     seen = {}
     plain_generate = rl.generate

@@ -117,7 +117,7 @@ def test_in_process_chair_scorer(cider):
 
 def test_real_service_and_closed_port(cider, tmp_path):
     launch = pytest.importorskip("chair_server.launch")
-    client_module = pytest.importorskip("entropyrl.chair_client")
+    client_module = pytest.importorskip("entropyrl.rewards.chair_client")
     path = tmp_path / "gt.json"
     path.write_text(json.dumps(GROUND_TRUTH))
     refs = [CORPUS[i] for i in IMAGE_IDS]

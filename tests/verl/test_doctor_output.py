@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from entropyrl.verl import doctor
+from entropyrl.commands import doctor
 
 # the doctor in a fresh interpreter (so verl's import-time messages fire), its last check
 # (a second fresh interpreter) replaced by a report that says everything is registered
 SCRIPT = """
 import json, sys
-from entropyrl.verl import doctor
+from entropyrl.commands import doctor
 report = json.loads(sys.argv[1])
 doctor.fresh_process_report = lambda timeout=300.0: report
 from entropyrl.cli import main

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from entropyrl.verl import evaluate
+from entropyrl.commands import evaluate
 
 FUNCTION = {
     "name": "area",

@@ -79,7 +79,7 @@ def test_reads_prepare_coco_parquet_like_the_agent_loop(compose, tmp_path):
     """The rows of `entropyrl prepare coco` through verl's dataset and the agent loop's call."""
     from entropyrl.data.coco import prepare_coco
     from entropyrl.data.synthetic import build_synthetic_coco
-    from entropyrl.local.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     world = build_synthetic_coco(tmp_path / "world", num_train=6, num_test=2, image_size=112)
     prepare_coco(world.root, world.root, tmp_path / "data", val_size=1, test_size=1)

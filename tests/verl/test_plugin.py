@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from entropyrl.verl import doctor
+from entropyrl.commands import doctor
 
 OURS = {
     "advantage_estimators": {"egpo", "egpo_ratio", "entropy_adv", "maxent_grpo"},
@@ -86,7 +86,7 @@ def test_doctor_module_imports_light():
     import sys
 
     code = (
-        "import sys, entropyrl.verl.doctor; "
+        "import sys, entropyrl.commands.doctor; "
         "print(any(m == 'verl' or m.startswith(('verl.', 'torch')) for m in sys.modules))"
     )
     result = subprocess.run(

@@ -1,6 +1,6 @@
 """The launch scripts' pre-flight reads the config verl would train with, and decides as verl does.
 
-`entropyrl.verl.preflight` composes a recipe without importing verl (so a refusal takes about a
+`entropyrl.commands.preflight` composes a recipe without importing verl (so a refusal takes about a
 second, not ten): the same folder of verl's configs as a file path instead of `pkg://`. These
 tests hold it to verl: the composed config equals what `main_ppo`'s composition gives, and the
 roles it derives (reference policy, critic) are those verl's own functions give.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from entropyrl.verl import preflight
+from entropyrl.commands import preflight
 
 RECIPES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling", "egpo_ratio_mixed")
 

@@ -46,9 +46,10 @@ import pytest
 import torch
 
 from entropyrl.clip_schedules import clip_high_from_hallucination
-from entropyrl.verl import smoke, trace
-from entropyrl.verl.hf_rollout import RECORD_ENV, REPLAY_ENV
-from entropyrl.verl.smoke_check import read_metrics
+from entropyrl.commands import smoke
+from entropyrl.commands.smoke_check import read_metrics
+from entropyrl.verl import trace
+from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT = 1800

@@ -20,7 +20,7 @@ REFERENCES = {1: ["a dog and a cat on a sofa", "a cat sits next to a dog"]}
 
 def test_reward_path_reports_the_outage_and_recovers(tmp_path, caplog) -> None:
     launch = pytest.importorskip("chair_server.launch")
-    caplog.set_level(logging.WARNING, logger="entropyrl.chair_client")
+    caplog.set_level(logging.WARNING, logger="entropyrl.rewards.chair_client")
     cider_df = tmp_path / "cider_df.json.gz"
     CiderD.from_references(REFERENCES).save(cider_df)
     truth = tmp_path / "truth.json"
@@ -63,7 +63,7 @@ def test_reward_path_reports_the_outage_and_recovers(tmp_path, caplog) -> None:
         server.stop()
         loop.close()
         rewards._BATCHERS.clear()
-    lines = [r.getMessage() for r in caplog.records if r.name == "entropyrl.chair_client"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "entropyrl.rewards.chair_client"]
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"CHAIR service at {url} stopped answering")
     assert lines[1].startswith(f"CHAIR service at {url} answers again")

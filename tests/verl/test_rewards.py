@@ -71,7 +71,7 @@ async def score_all(fn):
 
 
 def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service):
-    from entropyrl.chair_client import ChairClient
+    from entropyrl.rewards.chair_client import ChairClient
 
     rewards._BATCHERS.clear()
     fn = load_caption_reward(

@@ -11,7 +11,7 @@ These are the end-to-end evidence for the verl path; they take minutes. In CI:
 With ENTROPYRL_FULL_SMOKE=1 also: `entropy_adv`, the GRPO function-calling recipe, and a run
 that shows the fall-backs (no entropy: plain GRPO; CHAIR service down: the neutral bound).
 `maxent_grpo` runs in tests/verl/test_ranks.py (1 and 2 ranks, reading the reference's
-log-probs). Every run's own check (`entropyrl.verl.smoke_check`) recomputes a step's advantages
+log-probs). Every run's own check (`entropyrl.commands.smoke_check`) recomputes a step's advantages
 from the trace, and its config differs from the recipe's only in the allowed keys.
 """
 
@@ -31,8 +31,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entropyrl.verl import smoke, trace
-from entropyrl.verl.smoke_check import read_metrics
+from entropyrl.commands import smoke
+from entropyrl.commands.smoke_check import read_metrics
+from entropyrl.verl import trace
 
 pytestmark = pytest.mark.slow
 SMOKE_TIMEOUT = 1800
@@ -254,7 +255,7 @@ def test_the_checkpoint_merges_into_a_model_that_loads_and_generates(caption_run
     from PIL import Image
     from transformers import AutoModelForImageTextToText
 
-    from entropyrl.verl.cpu_backend import load_image_only_processor
+    from entropyrl.verl.cpu.backend import load_image_only_processor
 
     out, _, _ = caption_run
     actor = out / "checkpoints" / "global_step_3" / "actor"

@@ -1,5 +1,5 @@
 """A smoke runs the recipe: its resolved config differs from the recipe's at 1 x 8 GPUs only in
-the keys `entropyrl.verl.smoke.ALLOWED_DIFFERENCES` names, each for a reason a CPU forces.
+the keys `entropyrl.commands.smoke.ALLOWED_DIFFERENCES` names, each for a reason a CPU forces.
 
 Checked here on the config the smoke's overrides compose to (every task, 1 and 2 ranks), and by
 `tests/verl/test_smoke.py` on the `config.yaml` each real smoke run wrote. The shape of the
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from entropyrl.verl import preflight, smoke
+from entropyrl.commands import preflight, smoke
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from entropyrl.verl.loss import CLIP_FIELD
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tokenizers = pytest.importorskip("entropyrl.local.tokenizer")
+    tokenizers = pytest.importorskip("entropyrl.models.tokenizer")
     return tokenizers.build_qwen_tokenizer(num_ranks=8192)
 
 

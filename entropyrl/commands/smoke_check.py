@@ -377,8 +377,8 @@ def check_run(settings: Any, out: Path) -> int:
     """Check the run in `out`; print the steps and the verdict. 0 when it is good."""
     from omegaconf import OmegaConf
 
+    from entropyrl.commands.doctor import expected_verl_messages
     from entropyrl.verl import trace
-    from entropyrl.verl.doctor import expected_verl_messages
 
     metrics, config_path = out / "metrics.jsonl", out / "config.yaml"
     if not config_path.is_file():  # verl's own trainer writes none: the config Hydra composed

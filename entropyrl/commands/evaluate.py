@@ -1,8 +1,8 @@
 """Function-calling evaluation after verl training: generate, score strictly, tabulate.
 
-    python -m entropyrl.verl.evaluate generate --model HF_DIR --data test.parquet --out gen.jsonl
-    python -m entropyrl.verl.evaluate score --generations gen.jsonl --out result.json
-    python -m entropyrl.verl.evaluate table --result GRPO=grpo.json --result EGPO=egpo.json
+    python -m entropyrl.commands.evaluate generate --model HF_DIR --data test.parquet --out gen.jsonl
+    python -m entropyrl.commands.evaluate score --generations gen.jsonl --out result.json
+    python -m entropyrl.commands.evaluate table --result GRPO=grpo.json --result EGPO=egpo.json
 
 `generate` needs vLLM and a GPU (greedy decoding, the chat template of the merged model); `score`
 and `table` are plain Python. Two accuracies are reported:
@@ -212,7 +212,9 @@ def generate(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m entropyrl.verl.evaluate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m entropyrl.commands.evaluate", description=__doc__
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="greedy generations with vLLM")
     gen.add_argument("--model", required=True, help="merged Hugging Face model folder")

@@ -4,7 +4,7 @@
 this node: the recipe composed with the overrides as verl composes it, its algorithm settings
 and batch geometry, verl / vLLM / torch / transformers against verl 0.9.1's pins, flash-attn
 when the recipe's attention needs it, the GPUs this process sees against the layout, data and
-model, and a shared checkpoint folder on more than one node (`entropyrl.verl.preflight`). Each
+model, and a shared checkpoint folder on more than one node (`entropyrl.commands.preflight`). Each
 problem is one line with its fix; it exits 0 only when the run could start.
 
 verl swallows plugin import errors (DEBUG log only), so a broken install would otherwise show up
@@ -176,7 +176,7 @@ def _step(text: str) -> None:
 
 def run_recipe(args: argparse.Namespace) -> int:
     """`--recipe`: every check a training run of that recipe needs here, one line each."""
-    from entropyrl.verl import preflight
+    from entropyrl.commands import preflight
 
     print(f"entropyrl doctor: can `{args.recipe}` train on this node?", flush=True)
     try:
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as error:
             print(f"verl: not importable ({error}); install with `pip install 'entropyrl[verl]'`")
             return 1
-        from entropyrl.verl.cpu_backend import missing_names
+        from entropyrl.verl.cpu.backend import missing_names
     print(f"verl: {verl.__version__}")
     for line in explain(messages):
         print(line)

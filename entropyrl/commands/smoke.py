@@ -11,19 +11,19 @@ micro-batches per mini-batch). `tests/verl/test_smoke_config.py` fails when anot
 
 The launch scripts call this module four times:
 
-    python -m entropyrl.verl.smoke plan {caption,function-calling,mixed} --out DIR [--ranks N]
-    ... the script checks the config with DIR/overrides.txt (entropyrl.verl.preflight) ...
-    python -m entropyrl.verl.smoke build TASK --out DIR [--ranks N]
-    python -m entropyrl.verl.smoke run TASK --out DIR -- python -m verl.trainer.main_ppo ...
-    python -m entropyrl.verl.smoke check TASK --out DIR
+    python -m entropyrl.commands.smoke plan {caption,function-calling,mixed} --out DIR [--ranks N]
+    ... the script checks the config with DIR/overrides.txt (entropyrl.commands.preflight) ...
+    python -m entropyrl.commands.smoke build TASK --out DIR [--ranks N]
+    python -m entropyrl.commands.smoke run TASK --out DIR -- python -m verl.trainer.main_ppo ...
+    python -m entropyrl.commands.smoke check TASK --out DIR
 
 `plan` writes `DIR/smoke.env` (environment: the CPU platform, thread counts, where verl's file
 logger and the per-sample trace write, the data and model of the asset folder) and
 `DIR/overrides.txt` (Hydra overrides on top of the recipe), naming the asset folder without
 building it, so the config is checked before any minute is spent. `build` builds (or reuses)
-the assets (`entropyrl.verl.smoke_assets`); `prepare` does both. `run` runs the trainer with
+the assets (`entropyrl.commands.smoke_assets`); `prepare` does both. `run` runs the trainer with
 its output in `DIR/run.log` and prints one line per step and the outcome. `check` reads what the
-run wrote and checks values, not only plumbing (`entropyrl.verl.smoke_check`).
+run wrote and checks values, not only plumbing (`entropyrl.commands.smoke_check`).
 
 The checkpoint folder is `DIR/checkpoints`: the same command after a kill resumes at the last
 saved step; after a finished run it says there is nothing left to do.
@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
-import json
 import os
 import shlex
 import signal
@@ -42,160 +40,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TASKS = ("caption", "function-calling", "mixed")
-DEFAULT_OUT = {
-    "caption": "runs/chair_mscoco_smoke",
-    "function-calling": "runs/fc_smoke",
-    "mixed": "runs/egpo_ratio_mixed_smoke",
-}
-CONFIG_NAMES = {
-    "caption": "chair_mscoco",
-    "function-calling": "egpo_function_calling",
-    "mixed": "egpo_ratio_mixed",
-}
-# The recipe's architecture (entropyrl.verl.smoke_assets.MODELS), and the others a task may take.
-DEFAULT_MODEL = {"caption": "qwen2_5_vl", "function-calling": "qwen3", "mixed": "qwen3"}
-ASSET_VERSION = 2
-# The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).
-RECIPE_N = {"caption": 5, "function-calling": 8, "mixed": 8}
-
-# Keys whose values may differ between a smoke's resolved config and the recipe's at 1 x 8
-# GPUs, each for a reason the CPU forces. A key matches an entry equal to it or under it.
-ALLOWED_DIFFERENCES: dict[str, str] = {
-    "actor_rollout_ref.model.path": "a tiny model of the recipe's architecture, built offline",
-    "actor_rollout_ref.rollout.prometheus.served_model_name": "follows the model path",
-    "actor_rollout_ref.model.override_config.attn_implementation": (
-        "PyTorch's attention (sdpa): flash-attn needs a GPU; verl's remove-padding path runs on "
-        "a PyTorch stand-in of flash-attn's varlen kernel (entropyrl.verl.cpu_backend)"
-    ),
-    "actor_rollout_ref.rollout.name": "the hf rollout (transformers generate): vLLM needs a GPU",
-    "actor_rollout_ref.rollout.agent.num_workers": "processes: one agent loop worker on 2 cores",
-    "reward.num_workers": "processes: one reward worker on 2 cores",
-    "data.dataloader_num_workers": "processes: the data loader in the trainer's process",
-    "trainer.device": "the CPU platform",
-    "trainer.n_gpus_per_node": "ranks on this machine's CPU (--ranks)",
-    "actor_rollout_ref.rollout.n_gpus_per_node": "follows trainer.n_gpus_per_node",
-    "ray_kwargs.ray_init": "Ray's logical resources on a 2-core machine",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one storage process",
-    "data.train_files": "the generated data set",
-    "data.val_files": "the generated data set",
-    "reward.custom_reward_function.reward_kwargs.cider_df": "the generated data set",
-    "reward.custom_reward_function.reward_kwargs.chair_url": "the CHAIR service the script starts",
-    "data.custom_cls": (
-        "verl's RLHFDataset takes images through qwen_vl_utils, which imports torchvision (no CPU "
-        "build): PillowRLHFDataset overrides that one method with the same rules (tested against "
-        "qwen_vl_utils)"
-    ),
-    "data.filter_overlong_prompts": "the multi-modal length filter imports qwen_vl_utils",
-    "data.train_batch_size": "batch sizes scaled, the recipe's shape kept",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "batch sizes scaled, >= 2 mini-batches",
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "token budget scaled with the lengths",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "follows the token budget",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "follows the token budget",
-    "critic.ppo_mini_batch_size": "follows the actor's",
-    "data.max_prompt_length": "lengths scaled to the generated data",
-    "data.max_response_length": "lengths scaled to the generated data",
-    "actor_rollout_ref.rollout.prompt_length": "follows data.max_prompt_length",
-    "actor_rollout_ref.rollout.response_length": "follows data.max_response_length",
-    "distillation.teacher_models.teacher_model.inference": (
-        "follows the rollout's name and lengths (distillation is off)"
-    ),
-    "trainer.total_training_steps": "a run of a few steps",
-    "trainer.save_freq": "a run of a few steps: the resume test saves every step",
-    "transfer_queue.enable": (
-        "set to true by verl's own TaskRunner at run time (the written config is the running one)"
-    ),
-    "trainer.logger": "verl's file logger writes DIR/metrics.jsonl, which the check reads",
-    "trainer.default_local_dir": "checkpoints under DIR",
-}
-
-
-@dataclass(frozen=True)
-class SmokeSettings:
-    """The size of a smoke run; `asset_key()` names the reusable assets it needs.
-
-    `prompts_per_step` and `mini_batches` give at least 2 PPO mini-batches per step and, with the
-    recipe's micro-batch sizes, at least 2 micro-batches per mini-batch and rank."""
-
-    task: str
-    steps: int = 2
-    prompts_per_step: int = 4
-    mini_batches: int = 2
-    ranks: int = 1
-    seed: int = 0
-    warmup_steps: int = 300
-    num_train: int = 64
-    num_test: int = 8
-    image_size: int = 112
-    hidden_size: int = 64
-    response_length: int = 24
-    max_prompt_length: int = 1024
-    model: str = ""
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if not self.model:
-            object.__setattr__(self, "model", DEFAULT_MODEL[self.task])
-        from entropyrl.verl.smoke_assets import MODELS
-
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
-        for name in ("steps", "prompts_per_step", "mini_batches", "ranks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.prompts_per_step % self.mini_batches:
-            raise ValueError("prompts_per_step must be a multiple of mini_batches")
-
-    @property
-    def rollouts_per_prompt(self) -> int:
-        return RECIPE_N[self.task]
-
-    @property
-    def mini_batch_prompts(self) -> int:
-        return self.prompts_per_step // self.mini_batches
-
-    def asset_key(self) -> str:
-        """Settings that change the data or the checkpoint (not the run)."""
-        fields = ("task", "seed", "warmup_steps", "num_train", "num_test", "image_size")
-        payload = {name: getattr(self, name) for name in fields}
-        payload.update(hidden_size=self.hidden_size, model=self.model, version=ASSET_VERSION)
-        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
-        return f"{self.task}-{digest}"
-
-
-def default_settings(task: str, ranks: int = 1, model: str = "") -> SmokeSettings:
-    """Each recipe's smoke: caption 4 prompts x 5 (2 mini-batches of 10 rows, the recipe's
-    micro-batches of 5 and 10 rows) per rank; the text recipes 2 prompts x 8 per rank (2
-    mini-batches of 8 rows, micro-batches cut by a token budget of two longest sequences)."""
-    if task == "function-calling":
-        return SmokeSettings(
-            task=task,
-            ranks=ranks,
-            prompts_per_step=2 * ranks,
-            response_length=64,
-            max_prompt_length=512,
-            warmup_steps=400,
-            model=model,
-        )
-    if task == "mixed":
-        return SmokeSettings(
-            task=task,
-            ranks=ranks,
-            prompts_per_step=2 * ranks,
-            response_length=96,
-            max_prompt_length=256,
-            warmup_steps=300,
-            model=model,
-        )
-    return SmokeSettings(task=task, ranks=ranks, prompts_per_step=4 * ranks, model=model)
-
-
-# -- the run's environment and overrides -----------------------------------------------------
+from entropyrl.commands.smoke_settings import (  # noqa: F401  (re-exported)
+    ALLOWED_DIFFERENCES,
+    ASSET_VERSION,
+    CONFIG_NAMES,
+    DEFAULT_MODEL,
+    DEFAULT_OUT,
+    RECIPE_N,
+    TASKS,
+    SmokeSettings,
+    default_settings,
+)
 
 
 def run_environment(settings: SmokeSettings, out: Path) -> dict[str, str]:
@@ -304,7 +162,7 @@ def write_run_files(settings: SmokeSettings, assets: Path, out: Path) -> None:
 def run_trainer(command: Sequence[str], out: Path, *, poll_s: float = 1.0) -> int:
     """Run `command` (verl's trainer) with its output in `out/run.log`; print a line per step
     as `out/metrics.jsonl` grows, and the outcome. Ctrl-C and SIGTERM reach the whole run."""
-    from entropyrl.verl.smoke_check import read_metrics, step_line
+    from entropyrl.commands.smoke_check import read_metrics, step_line
 
     log = out / "run.log"
     metrics = out / "metrics.jsonl"
@@ -356,7 +214,7 @@ def _cache_dir(out: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.verl.smoke",
+        prog="python -m entropyrl.commands.smoke",
         description="Plan, build, run and check the CPU smoke run of the verl launch scripts.",
     )
     parser.add_argument(
@@ -385,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.action in ("plan", "prepare"):
         write_run_files(settings, _cache_dir(out) / settings.asset_key(), out)
     if args.action in ("build", "prepare"):
-        from entropyrl.verl.smoke_assets import prepare_assets
+        from entropyrl.commands.smoke_assets import prepare_assets
 
         prepare_assets(settings, _cache_dir(out))
     if args.action == "run":
@@ -394,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_trainer(command, out)
     if args.action != "check":
         return 0
-    from entropyrl.verl.smoke_check import check_run
+    from entropyrl.commands.smoke_check import check_run
 
     return check_run(settings, out)
 

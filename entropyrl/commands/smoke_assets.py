@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from entropyrl.verl.smoke import SmokeSettings
+    from entropyrl.commands.smoke_settings import SmokeSettings
 
-# model name -> builder in entropyrl.local.model: the architecture a smoke's policy has
+# model name -> builder in entropyrl.models.tiny: the architecture a smoke's policy has
 MODELS = {
     "qwen2_5_vl": "build_tiny_qwen2_5_vl",
     "qwen2_vl": "build_tiny_qwen2vl",
@@ -42,7 +42,7 @@ def _log(message: str) -> None:
 
 
 def _tiny_model(settings: SmokeSettings, tokenizer: Any) -> Any:
-    from entropyrl.local import model as models
+    from entropyrl.models import tiny as models
 
     build = getattr(models, MODELS[settings.model])
     return build(
@@ -59,8 +59,8 @@ def _fc_answer(name: str, arguments: dict[str, Any]) -> str:
 def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
     from entropyrl.data.function_calling import prepare_function_calling
     from entropyrl.local.function_calling import TOOLS, make_queries
-    from entropyrl.local.model import seed_everything
-    from entropyrl.local.tokenizer import build_qwen_tokenizer
+    from entropyrl.models.tiny import seed_everything
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     queries = make_queries(settings.num_train + settings.num_test, settings.seed)
     rows = [
@@ -138,8 +138,8 @@ def _build_mixed_assets(settings: SmokeSettings, root: Path) -> None:
     import pandas as pd
 
     from entropyrl.data.mixed_debug import prepare_mixed_debug
-    from entropyrl.local.model import seed_everything
-    from entropyrl.local.tokenizer import build_qwen_tokenizer
+    from entropyrl.models.tiny import seed_everything
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     prepare_mixed_debug(
         root / "data", train_size=settings.num_train, val_size=settings.num_test, seed=settings.seed
@@ -174,9 +174,9 @@ def _build_caption_assets(settings: SmokeSettings, root: Path) -> None:
     from entropyrl.data.coco import prepare_coco
     from entropyrl.data.synthetic import build_synthetic_coco
     from entropyrl.local.captioning import PROMPT, CaptionTask
-    from entropyrl.local.model import seed_everything
     from entropyrl.local.rl import supervised_step
-    from entropyrl.local.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.models.tiny import seed_everything
+    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     world = build_synthetic_coco(
         root / "world",
@@ -203,7 +203,7 @@ def _build_caption_assets(settings: SmokeSettings, root: Path) -> None:
     if patch != processor.image_processor.patch_size:
         raise ValueError(
             f"{settings.model}: the model patches {patch} px, the processor "
-            f"{processor.image_processor.patch_size} px (entropyrl.verl.smoke_assets.IMAGE_PROCESSORS)"
+            f"{processor.image_processor.patch_size} px (entropyrl.commands.smoke_assets.IMAGE_PROCESSORS)"
         )
     task = CaptionTask(world, tokenizer, processor, reward=None)  # warm-up needs no reward
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)

@@ -356,11 +356,11 @@ def register_hf_rollout() -> None:
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     def load_replica() -> type:
-        return importlib.import_module("entropyrl.verl.hf_rollout").HFRolloutReplica
+        return importlib.import_module("entropyrl.verl.cpu.hf_rollout").HFRolloutReplica
 
     RolloutReplicaRegistry.register(ROLLOUT_NAME, load_replica)
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = (
-        "entropyrl.verl.hf_rollout.HFServerAdapter"
+        "entropyrl.verl.cpu.hf_rollout.HFServerAdapter"
     )
 
 

@@ -1,6 +1,6 @@
 """What a launch script checks before it starts anything: the recipe as verl would compose it.
 
-    python -m entropyrl.verl.preflight CONFIG [--mode gpu|smoke] [--dry-run] [--env-out FILE]
+    python -m entropyrl.commands.preflight CONFIG [--mode gpu|smoke] [--dry-run] [--env-out FILE]
         -- OVERRIDE ...
 
 CONFIG is a recipe name (`configs/<name>.yaml`) or a path to a config file; the overrides are
@@ -443,7 +443,7 @@ def _say(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.verl.preflight",
+        prog="python -m entropyrl.commands.preflight",
         description="Check a recipe with the run's overrides before anything starts.",
     )
     parser.add_argument("config", help="recipe name (configs/<name>.yaml) or a config path")
