@@ -160,6 +160,35 @@ def _finish(model: Any, tokenizer: Any) -> Any:
     return model
 
 
+def _build(config_class: type, model_class: type, tokenizer: Any, seed: int, **settings: Any):
+    """`model_class` from `config_class(**settings)`: sdpa attention, weights drawn after
+    `torch.manual_seed(seed)`, then `_finish`."""
+    hf_config = config_class(**settings)
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return _finish(model_class(hf_config), tokenizer)
+
+
+def _vision_language(
+    classes: tuple[type, type],
+    tokenizer: Any,
+    config: TinyModelConfig,
+    seed: int,
+    text_config: dict[str, Any],
+    vision_config: dict[str, Any],
+) -> Any:
+    """A tiny Qwen-VL: its text and vision settings, the tokenizer's special ids."""
+    return _build(
+        *classes,
+        tokenizer,
+        seed,
+        text_config=text_config,
+        vision_config=vision_config,
+        tie_word_embeddings=config.tie_embeddings,
+        **_token_ids(tokenizer),
+    )
+
+
 def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
     """A randomly initialised `Qwen2VLForConditionalGeneration` sized by `config`.
 
@@ -170,7 +199,11 @@ def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *,
 
     config = config or TinyModelConfig()
     head_dim = config.hidden_size // config.num_heads
-    hf_config = Qwen2VLConfig(
+    return _vision_language(
+        (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
+        tokenizer,
+        config,
+        seed,
         text_config=_text_config(tokenizer, config, **_mrope(head_dim)),
         vision_config={
             "depth": config.vision_depth,
@@ -181,12 +214,7 @@ def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *,
             "patch_size": config.patch_size,
             "spatial_merge_size": config.merge_size,
         },
-        tie_word_embeddings=config.tie_embeddings,
-        **_token_ids(tokenizer),
     )
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return _finish(Qwen2VLForConditionalGeneration(hf_config), tokenizer)
 
 
 def build_tiny_qwen2_5_vl(
@@ -202,7 +230,11 @@ def build_tiny_qwen2_5_vl(
 
     config = config or TinyModelConfig()
     head_dim = config.hidden_size // config.num_heads
-    hf_config = Qwen2_5_VLConfig(
+    return _vision_language(
+        (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
+        tokenizer,
+        config,
+        seed,
         text_config=_text_config(tokenizer, config, **_mrope(head_dim)),
         vision_config={
             "depth": config.vision_depth,
@@ -215,12 +247,7 @@ def build_tiny_qwen2_5_vl(
             "window_size": 2 * config.patch_size * config.merge_size,
             "fullatt_block_indexes": list(range(1, config.vision_depth, 2)),
         },
-        tie_word_embeddings=config.tie_embeddings,
-        **_token_ids(tokenizer),
     )
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return _finish(Qwen2_5_VLForConditionalGeneration(hf_config), tokenizer)
 
 
 def build_tiny_qwen3_vl(
@@ -245,7 +272,11 @@ def build_tiny_qwen3_vl(
     deepstack = list(range(max(config.vision_depth - 1, 1)))[:3]
     if len(deepstack) > config.num_layers:
         raise ValueError(f"num_layers must be >= {len(deepstack)} (DeepStack layers)")
-    hf_config = Qwen3VLConfig(
+    return _vision_language(
+        (Qwen3VLConfig, Qwen3VLForConditionalGeneration),
+        tokenizer,
+        config,
+        seed,
         text_config=_text_config(
             tokenizer,
             config,
@@ -263,12 +294,7 @@ def build_tiny_qwen3_vl(
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": deepstack,
         },
-        tie_word_embeddings=config.tie_embeddings,
-        **_token_ids(tokenizer),
     )
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return _finish(Qwen3VLForConditionalGeneration(hf_config), tokenizer)
 
 
 def build_tiny_qwen3(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
@@ -276,12 +302,13 @@ def build_tiny_qwen3(tokenizer: Any, config: TinyModelConfig | None = None, *, s
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = config or TinyModelConfig()
-    hf_config = Qwen3Config(
-        **_text_config(tokenizer, config, head_dim=config.hidden_size // config.num_heads)
+    return _build(
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        tokenizer,
+        seed,
+        **_text_config(tokenizer, config, head_dim=config.hidden_size // config.num_heads),
     )
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return _finish(Qwen3ForCausalLM(hf_config), tokenizer)
 
 
 def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
@@ -289,10 +316,7 @@ def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, s
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = config or TinyModelConfig()
-    hf_config = Qwen2Config(**_text_config(tokenizer, config))
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return _finish(Qwen2ForCausalLM(hf_config), tokenizer)
+    return _build(Qwen2Config, Qwen2ForCausalLM, tokenizer, seed, **_text_config(tokenizer, config))
 
 
 def load_pretrained(path: str | os.PathLike[str], *, vision: bool = True):

@@ -196,6 +196,22 @@ def call_result_matches(result: Any, expected: Any) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and result == expected[0]
 
 
+def _program_and_tests(
+    solution: str, ground_truth: Any, mode: str, require_code_block: bool
+) -> tuple[str, CodeTests] | CodeScore:
+    """The answer's program and the parsed tests, or the zero score that says which is missing."""
+    if mode not in CODE_SCORE_MODES:
+        raise ValueError(f"mode must be one of {CODE_SCORE_MODES}, got {mode!r}")
+    try:
+        tests = parse_tests(ground_truth)
+    except TestFormatError as error:
+        return CodeScore(0.0, 0, 0, f"invalid tests: {error}")
+    code = extract_code(solution, require_block=require_code_block)
+    if code is None:
+        return CodeScore(0.0, 0, len(tests), "no python code block in the answer")
+    return code, tests
+
+
 def score_code(
     solution: str,
     ground_truth: Any,
@@ -209,15 +225,10 @@ def score_code(
     mode "all": 1.0 when every test passes, else 0.0 (stops at the first failure);
     "fraction": passed / total over all tests.
     """
-    if mode not in CODE_SCORE_MODES:
-        raise ValueError(f"mode must be one of {CODE_SCORE_MODES}, got {mode!r}")
-    try:
-        tests = parse_tests(ground_truth)
-    except TestFormatError as error:
-        return CodeScore(0.0, 0, 0, f"invalid tests: {error}")
-    code = extract_code(solution, require_block=require_code_block)
-    if code is None:
-        return CodeScore(0.0, 0, len(tests), "no python code block in the answer")
+    program = _program_and_tests(solution, ground_truth, mode, require_code_block)
+    if isinstance(program, CodeScore):
+        return program
+    code, tests = program
     passed, statuses, first_failure = 0, [], ""
     for index in range(len(tests)):
         ok, status, why = _run_one(sandbox, code, tests, index)
@@ -285,15 +296,10 @@ def score_code_sandbox_fusion(
     The tests go to the service in verl's format unchanged; an unreachable service scores 0
     with the client's error as the reason (it never raises for that).
     """
-    if mode not in CODE_SCORE_MODES:
-        raise ValueError(f"mode must be one of {CODE_SCORE_MODES}, got {mode!r}")
-    try:
-        tests = parse_tests(ground_truth)
-    except TestFormatError as error:
-        return CodeScore(0.0, 0, 0, f"invalid tests: {error}")
-    code = extract_code(solution, require_block=require_code_block)
-    if code is None:
-        return CodeScore(0.0, 0, len(tests), "no python code block in the answer")
+    program = _program_and_tests(solution, ground_truth, mode, require_code_block)
+    if isinstance(program, CodeScore):
+        return program
+    code, tests = program
     try:
         from verl.utils.reward_score import sandbox_fusion
     except ImportError as error:  # a configuration error, not a property of the answer
