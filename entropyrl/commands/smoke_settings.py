@@ -131,29 +131,20 @@ class SmokeSettings:
         return f"{self.task}-{digest}"
 
 
+# The text recipes' lengths and warm-up (their smokes differ only in these).
+TEXT_SETTINGS: dict[str, dict[str, int]] = {
+    "function-calling": {"response_length": 64, "max_prompt_length": 512, "warmup_steps": 400},
+    "mixed": {"response_length": 96, "max_prompt_length": 256, "warmup_steps": 300},
+}
+
+
 def default_settings(task: str, ranks: int = 1, model: str = "") -> SmokeSettings:
     """Each recipe's smoke: caption 4 prompts x 5 (2 mini-batches of 10 rows, the recipe's
     micro-batches of 5 and 10 rows) per rank; the text recipes 2 prompts x 8 per rank (2
     mini-batches of 8 rows, micro-batches cut by a token budget of two longest sequences)."""
-    if task == "function-calling":
+    if task in TEXT_SETTINGS:
         return SmokeSettings(
-            task=task,
-            ranks=ranks,
-            prompts_per_step=2 * ranks,
-            response_length=64,
-            max_prompt_length=512,
-            warmup_steps=400,
-            model=model,
-        )
-    if task == "mixed":
-        return SmokeSettings(
-            task=task,
-            ranks=ranks,
-            prompts_per_step=2 * ranks,
-            response_length=96,
-            max_prompt_length=256,
-            warmup_steps=300,
-            model=model,
+            task=task, ranks=ranks, prompts_per_step=2 * ranks, model=model, **TEXT_SETTINGS[task]
         )
     return SmokeSettings(task=task, ranks=ranks, prompts_per_step=4 * ranks, model=model)
 

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from entropyrl.data.io import InputFileError
+
 
 def register(subparsers: Any) -> None:
     """Add ``prepare`` with the ``coco`` and ``fc`` sub-commands to the entropyrl CLI."""
@@ -95,22 +97,33 @@ def register(subparsers: Any) -> None:
     prepare.set_defaults(func=lambda args: _usage(prepare))
 
 
-def _interruptible(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """Ctrl-C: one line on stderr instead of a traceback, and 130 (128 + SIGINT)."""
+def _converter(
+    errors: type[Exception],
+) -> Callable[[Callable[[argparse.Namespace], dict[str, Any]]], Callable[..., int]]:
+    """A converter's command: its summary on stdout (rejects and warnings on stderr) and 0;
+    `errors` (bad input) as one line on stderr and 2; Ctrl-C as one line and 130 (128 + SIGINT)."""
 
-    @functools.wraps(run)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except KeyboardInterrupt:
-            print(
-                f"interrupted during prepare {args.prepare_command}; partial outputs in "
-                f"{args.out} (the files finished before it, each whole)",
-                file=sys.stderr,
-            )
-            return 130
+    def decorate(convert: Callable[[argparse.Namespace], dict[str, Any]]) -> Callable[..., int]:
+        @functools.wraps(convert)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                summary = convert(args)
+            except errors as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
+            except KeyboardInterrupt:
+                print(
+                    f"interrupted during prepare {args.prepare_command}; partial outputs in "
+                    f"{args.out} (the files finished before it, each whole)",
+                    file=sys.stderr,
+                )
+                return 130
+            _report(summary)
+            return 0
 
-    return wrapper
+        return run
+
+    return decorate
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -129,64 +142,44 @@ def _report(summary: dict[str, Any]) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
-@_interruptible
-def _run_coco(args: argparse.Namespace) -> int:
+@_converter(InputFileError)
+def _run_coco(args: argparse.Namespace) -> dict[str, Any]:
     from entropyrl.data.coco import DEFAULT_CAPTION_PROMPT, prepare_coco
-    from entropyrl.data.io import InputFileError
 
-    try:
-        summary = prepare_coco(
-            args.annotations,
-            args.images,
-            args.out,
-            karpathy=args.karpathy,
-            prompt=args.prompt or DEFAULT_CAPTION_PROMPT,
-            val_size=args.val_size,
-            test_size=args.test_size,
-            check_images=not args.no_check_images,
-            chair_ground_truth=not args.no_chair,
-        )
-    except InputFileError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    _report(summary)
-    return 0
+    return prepare_coco(
+        args.annotations,
+        args.images,
+        args.out,
+        karpathy=args.karpathy,
+        prompt=args.prompt or DEFAULT_CAPTION_PROMPT,
+        val_size=args.val_size,
+        test_size=args.test_size,
+        check_images=not args.no_check_images,
+        chair_ground_truth=not args.no_chair,
+    )
 
 
-@_interruptible
-def _run_mixed_debug(args: argparse.Namespace) -> int:
+@_converter(ValueError)
+def _run_mixed_debug(args: argparse.Namespace) -> dict[str, Any]:
     from entropyrl.data.mixed_debug import prepare_mixed_debug
 
-    try:
-        summary = prepare_mixed_debug(
-            args.out, train_size=args.train_size, val_size=args.val_size, seed=args.seed
-        )
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    _report(summary)
-    return 0
+    return prepare_mixed_debug(
+        args.out, train_size=args.train_size, val_size=args.val_size, seed=args.seed
+    )
 
 
-@_interruptible
-def _run_fc(args: argparse.Namespace) -> int:
+@_converter(InputFileError)
+def _run_fc(args: argparse.Namespace) -> dict[str, Any]:
     from entropyrl.data.function_calling import DEFAULT_SYSTEM_PROMPT, prepare_function_calling
-    from entropyrl.data.io import InputFileError
 
-    try:
-        summary = prepare_function_calling(
-            args.input,
-            args.out,
-            fmt=args.format,
-            answers_path=args.answers,
-            max_samples=args.max_samples,
-            test_size=args.test_size,
-            seed=args.seed,
-            system_prompt=args.system_prompt or DEFAULT_SYSTEM_PROMPT,
-            data_source=args.data_source,
-        )
-    except InputFileError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    _report(summary)
-    return 0
+    return prepare_function_calling(
+        args.input,
+        args.out,
+        fmt=args.format,
+        answers_path=args.answers,
+        max_samples=args.max_samples,
+        test_size=args.test_size,
+        seed=args.seed,
+        system_prompt=args.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        data_source=args.data_source,
+    )
