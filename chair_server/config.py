@@ -46,7 +46,7 @@ class ServerSettings:
         default=4,
         metadata=_help(
             "WSGI worker threads (default 4); scoring holds the GIL, so more processes, not "
-            "more threads, add capacity (README: CHAIR service at scale)"
+            "more threads, add capacity (docs/scaling.md: the CHAIR service at scale)"
         ),
     )
     max_batch: int = field(

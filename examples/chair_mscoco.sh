@@ -6,7 +6,7 @@
 #        bash examples/chair_mscoco.sh --smoke [--out DIR] [--ranks N] [hydra overrides ...]
 #   e.g. bash examples/chair_mscoco.sh algorithm.adv_estimator=egpo_ratio trainer.experiment_name=chair_mscoco_egpo_ratio
 #
-# --smoke runs the recipe itself on this machine's CPU: a tiny Qwen2.5-VL warmed up on a
+# --smoke runs the recipe itself on the local CPU: a tiny Qwen2.5-VL warmed up on a
 # generated COCO-style world, the real CHAIR service, the recipe's estimator, per-sample
 # clip-high, remove-padding, validation and a checkpoint, 2 steps; verl's output goes to
 # DIR/run.log, the terminal gets a line per step; DIR/metrics.jsonl (one row per step) and

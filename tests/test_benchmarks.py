@@ -1,6 +1,6 @@
 """The benchmarks still run: each one end to end on tiny inputs, in its own process.
 
-They print tables for the README; numbers are not checked here (timings are never gated on),
+They print the tables of docs/results.md; numbers are not checked here (timings are never gated on),
 only that every section is produced without an error.
 """
 
@@ -110,7 +110,7 @@ def test_bfcl_agreement_benchmark_runs_on_a_few_entries():
 
 
 def test_plugin_overhead_benchmark_plans_runs_that_compose_and_summarizes_them():
-    """Its real runs take minutes (README table); here: the commands it would run compose into
+    """Its real runs take minutes (docs/results.md); here: the commands it would run compose into
     configs that pass the checks, the variants are the two trainers, and the table is built
     from verl's timing metrics as read from a metrics file."""
     spec = importlib.util.spec_from_file_location(

@@ -73,7 +73,7 @@ fi
 for pkg in torchcodec torchvision torchaudio; do
   if "$python" -m pip show --quiet "$pkg" >/dev/null 2>&1 \
      && ! "$python" -c "import $pkg" >/dev/null 2>&1; then
-    echo "setup: removing $pkg (installed as a dependency, cannot load on this machine)"
+    echo "setup: removing $pkg (installed as a dependency, it cannot load in this environment)"
     "$python" -m pip uninstall --quiet -y "$pkg"
   fi
 done

@@ -300,7 +300,7 @@ def gpu_findings(config: Any, visible: int | None = None) -> list[Finding]:
                 "gpus",
                 False,
                 f"GPUs: none visible to this process{where}; the recipe asks for {per_node} "
-                "per node (trainer.n_gpus_per_node): run it on a GPU node, or on this machine "
+                "per node (trainer.n_gpus_per_node): run it on a GPU node, or on the local CPU "
                 "with --smoke",
             )
         ]

@@ -183,7 +183,11 @@ def run_trainer(command: Sequence[str], out: Path, *, poll_s: float = 1.0) -> in
         while True:
             done = process.poll() is not None
             if metrics.is_file():
-                for row in read_metrics(metrics):
+                try:
+                    rows = read_metrics(metrics)
+                except ValueError:  # a line being written: read it at the next poll
+                    rows = []
+                for row in rows:
                     if row["step"] not in printed:
                         printed.add(row["step"])
                         print(step_line(row), flush=True)

@@ -40,7 +40,7 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "reward.num_workers": "processes: one reward worker on 2 cores",
     "data.dataloader_num_workers": "processes: the data loader in the trainer's process",
     "trainer.device": "the CPU platform",
-    "trainer.n_gpus_per_node": "ranks on this machine's CPU (--ranks)",
+    "trainer.n_gpus_per_node": "ranks on the local CPU (--ranks)",
     "actor_rollout_ref.rollout.n_gpus_per_node": "follows trainer.n_gpus_per_node",
     "ray_kwargs.ray_init": "Ray's logical resources on a 2-core machine",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one storage process",

@@ -5,7 +5,7 @@ is the caption's CHAIR_i (``chair_penalty="fraction"``, the default: hallucinate
 mentions) or the number of hallucinated mentions (``chair_penalty="count"``, the CHAIR entry's
 ``metrics.hallucinated``). A fraction penalises one wrong object in a three-object caption by a
 third, which CIDEr-D's noise can swamp; the count keeps a full penalty per wrong object (the
-README's quick-start results use it). CHAIR comes from
+quick-start results in docs/quickstart.md use it). CHAIR comes from
 one batched call to a CHAIR scorer per reward batch (the HTTP ``ChairClient`` or any object with
 the same ``score`` method). Where CHAIR is unavailable for a caption (service down, unknown image
 id) the reward falls back to the CIDEr-D part alone, ``chair_ok`` is False and the fraction is

@@ -175,7 +175,7 @@ def compute_score(
     unknown_ability: "raise" (ValueError) or "zero" (score 0, route "none", the reason).
     tokenizer: local path (or tokenizer object) to decode token-id responses.
     math_timeout: seconds for math-verify's parsing and each comparison.
-    code_backend: "local" (this machine's sandbox) or "sandbox_fusion" (needs
+    code_backend: "local" (a sandbox on the local host) or "sandbox_fusion" (needs
         sandbox_fusion_url; verl's client; an unreachable service scores 0 with the reason).
     code_score: "all" (1 only if every test passes) or "fraction" (share of tests passed).
     cpu_seconds, wall_seconds, memory_limit_mb, max_output_bytes: limits per test run.

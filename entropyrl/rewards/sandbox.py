@@ -134,7 +134,7 @@ _PROBED: dict[str, tuple[str, ...] | None] = {}
 
 
 def namespace_prefix(python: str = sys.executable) -> tuple[str, ...] | None:
-    """The `unshare` command prefix that works on this machine, or None (probed once)."""
+    """The `unshare` command prefix that works on the local host, or None (probed once)."""
     with _PROBE_LOCK:
         if python in _PROBED:
             return _PROBED[python]

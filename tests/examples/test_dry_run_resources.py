@@ -68,7 +68,7 @@ def test_no_gpu_is_said_plainly_and_the_plan_names_its_layout(tmp_path, name):
     line = _resources(result)
     assert "1 node(s) x 8 GPU(s) per node = 8 GPU(s)" in line
     assert "GPUs per node: the config (no GPU here: nvidia-smi lists 0; N_GPUS=" in line
-    assert "no GPU on this machine" in result.stderr
+    assert "no GPU on the local host" in result.stderr
     assert f"bash {REPO}/examples/{name} --smoke" in result.stderr
     assert _gpus_per_node(result) == []  # the config's value stands
     assert "# dry-run: batch layout: 1 node(s) x 8 GPU(s) = 8 GPU(s)" in result.stderr
@@ -110,4 +110,4 @@ def test_resources_go_to_stderr_so_stdout_stays_the_commands(tmp_path):
 def test_eval_says_when_there_is_no_gpu(tmp_path):
     result = dry_run(tmp_path, "eval_function_calling.sh", gpus=0)
     assert "resources: generation on TP=1 GPU(s)" in result.stderr
-    assert "no GPU on this machine (nvidia-smi lists 0)" in result.stderr
+    assert "no GPU on the local host (nvidia-smi lists 0)" in result.stderr

@@ -7,7 +7,7 @@ candidates are the correct answer of each sampled entry and mutations of it (wro
 name, count, layout). Also checked: the strict reward never accepts what BFCL rejects on the
 Python categories, and every sampled Python entry is winnable under both.
 
-Skips when bfcl-eval is not installed (optional extra ``bfcl``, see the README), and fails
+Skips when bfcl-eval is not installed (optional extra ``bfcl``, see docs/install.md), and fails
 instead in CI (CI=true). `benchmarks/bfcl_agreement.py` runs the looser-than-BFCL count over
 every Python AST entry with more mutations (numbers at each depth, omitted parameters).
 """

@@ -14,7 +14,7 @@ The engine underneath is a stand-in whose forward pass only cuts micro-batches (
 `FSDPEngine.forward_backward_batch` before the model runs), and the worker's engine settings are
 copied from the config as `ActorRolloutRefWorker.init_model` copies them. Every sequence has the
 longest length the config allows, so a token budget below it asserts as it would on the longest
-batch. The recipes pass on every layout the README lists; random configs (hypothesis) are
+batch. The recipes pass on every layout docs/scaling.md lists; random configs (hypothesis) are
 accepted by `geometry_problems` exactly when verl raises nothing.
 """
 
