@@ -19,17 +19,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from entropyrl.commands.smoke_settings import MODELS
+
 if TYPE_CHECKING:
     from entropyrl.commands.smoke_settings import SmokeSettings
 
 # model name -> builder in entropyrl.models.tiny: the architecture a smoke's policy has
-MODELS = {
-    "qwen2_5_vl": "build_tiny_qwen2_5_vl",
-    "qwen2_vl": "build_tiny_qwen2vl",
-    "qwen3_vl": "build_tiny_qwen3_vl",
-    "qwen3": "build_tiny_qwen3",
-    "qwen2": "build_tiny_qwen2",
-}
 # vision model name -> its image processor's settings where they are not Qwen2-VL's (patch 14,
 # CLIP's normalisation): Qwen3-VL's checkpoints ship Qwen2-VL's image processor with these.
 IMAGE_PROCESSORS: dict[str, dict[str, Any]] = {

@@ -9,6 +9,14 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+# Tiny model name -> its builder in entropyrl.models.tiny.
+MODELS: dict[str, str] = {
+    "qwen2_5_vl": "build_tiny_qwen2_5_vl",
+    "qwen2_vl": "build_tiny_qwen2vl",
+    "qwen3_vl": "build_tiny_qwen3_vl",
+    "qwen3": "build_tiny_qwen3",
+    "qwen2": "build_tiny_qwen2",
+}
 TASKS = ("caption", "function-calling", "mixed")
 DEFAULT_OUT = {
     "caption": "runs/chair_mscoco_smoke",
@@ -20,7 +28,7 @@ CONFIG_NAMES = {
     "function-calling": "egpo_function_calling",
     "mixed": "egpo_ratio_mixed",
 }
-# The recipe's architecture (entropyrl.commands.smoke_assets.MODELS), and the others a task may take.
+# The recipe's architecture (a key of MODELS), and the others a task may take.
 DEFAULT_MODEL = {"caption": "qwen2_5_vl", "function-calling": "qwen3", "mixed": "qwen3"}
 ASSET_VERSION = 2
 # The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).
@@ -104,8 +112,6 @@ class SmokeSettings:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if not self.model:
             object.__setattr__(self, "model", DEFAULT_MODEL[self.task])
-        from entropyrl.commands.smoke_assets import MODELS
-
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
         for name in ("steps", "prompts_per_step", "mini_batches", "ranks"):
