@@ -57,10 +57,10 @@ def _bfcl_entry(row: Mapping[str, Any], number: int) -> dict[str, Any] | None:
 
 def bfcl_available() -> tuple[bool, str]:
     """Whether BFCL's checker imports here, and why not."""
-    from entropyrl.rewards.function_calling import _bfcl
+    from entropyrl.rewards.function_calling import bfcl_checker
 
     try:
-        _bfcl()
+        bfcl_checker()
     except ImportError as error:
         return False, str(error)
     return True, ""

@@ -64,6 +64,7 @@ __all__ = [
     "FunctionSchema",
     "ParameterSchema",
     "ToolCallFormatError",
+    "bfcl_checker",
     "bfcl_verdict",
     "compute_score",
     "function_schema",
@@ -707,7 +708,7 @@ _BFCL_UNSUPPORTED = ("multi_turn", "memory", "web_search", "format_sensitivity",
 
 
 @functools.cache
-def _bfcl() -> dict[str, Any]:
+def bfcl_checker() -> dict[str, Any]:
     """BFCL's Qwen function-calling handler, checker and helpers (imported once, lazily)."""
     try:
         from bfcl_eval.constants.enums import Language, ReturnFormat
@@ -774,7 +775,7 @@ def bfcl_verdict(
         raise ValueError("category must be a BFCL category name such as 'simple_python'")
     if any(part in category for part in _BFCL_UNSUPPORTED):
         raise ValueError(f"category {category!r}: only single-turn AST and relevance categories")
-    bfcl = _bfcl()
+    bfcl = bfcl_checker()
     result = _bfcl_stored_result(bfcl, solution_str)
     formats = bfcl["ReturnFormat"]
     if bfcl["is_relevance"](category):
