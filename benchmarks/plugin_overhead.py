@@ -20,7 +20,6 @@ and the ratio on/off; `--json` writes them too.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -107,6 +106,7 @@ def markdown(table: dict[str, dict[str, float | int]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from entropyrl.commands.smoke_check import read_metrics
+    from entropyrl.files import write_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="runs per variant (default 2)")
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = summarize(times)
     print(markdown(table))
     if args.json:
-        args.json.write_text(json.dumps({"table": table, "times": times}, indent=1))
+        write_json({"table": table, "times": times}, args.json)  # strict JSON: NaN as null
     return 0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from chair_server import __version__, vocabulary
+from chair_server import __version__, strict_json, vocabulary
 from chair_server.config import ServerSettings
 from chair_server.scorer import ChairScorer, CorpusMetrics
 
@@ -82,13 +82,13 @@ def _stream(
         metrics.add(entry)
         if not include_captions:
             entry.pop("caption", None)
-        piece = (b"," if index else b"") + json.dumps(entry, separators=(",", ":")).encode()
+        piece = (b"," if index else b"") + strict_json.dumps(entry, separators=(",", ":")).encode()
         pending.append(piece)
         size += len(piece)
         if size >= 1 << 16:
             yield b"".join(pending)
             pending, size = [], 0
-    overall = json.dumps(metrics.result(), separators=(",", ":")).encode()
+    overall = strict_json.dumps(metrics.result(), separators=(",", ":")).encode()
     pending.append(b'],"overall_metrics":' + overall + b"}")
     yield b"".join(pending)
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chair_server import strict_json
 from chair_server.scorer import ChairScorer
 
 
@@ -62,12 +63,14 @@ def format_table(name: str, overall: dict[str, Any]) -> str:
 
 def write_json_whole(obj: Any, path: str | Path) -> None:
     """JSON written beside ``path`` and renamed onto it: a reader (or an interrupted run) never
-    sees half a file. The file gets the usual mode of a new file (0666 less the umask)."""
+    sees half a file. The file gets the usual mode of a new file (0666 less the umask). Strict
+    JSON: a non-finite number (e.g. an image id given as NaN, echoed back) is null."""
     path = Path(path)
+    text = strict_json.dumps(obj, indent=1)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(obj, handle, indent=1)
+            handle.write(text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

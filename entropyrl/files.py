@@ -1,5 +1,7 @@
 """Files the project writes: atomically (a half-written file never looks finished), with the
-mode any tool's new file gets, and stable hashes of JSON values for order-independent splits.
+mode any tool's new file gets, JSON that every parser reads (a missing or non-finite number is
+`null`, never `NaN` or `Infinity`, which jq and JavaScript reject), and stable hashes of JSON
+values for order-independent splits.
 
 The lowest layer: data converters, rewards (the CIDEr-D statistics cache) and the runners use it.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 import threading
@@ -20,6 +23,8 @@ __all__ = [
     "atomic_path",
     "canonical_json",
     "current_umask",
+    "finite_json",
+    "json_dumps",
     "stable_hash",
     "write_json",
     "write_parquet",
@@ -62,9 +67,35 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         Path(tmp).unlink(missing_ok=True)
 
 
-def write_json(obj: Any, path: str | os.PathLike[str]) -> None:
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN and infinity as None, through dicts, lists and tuples (tuples become
+    lists, as JSON writes them); numpy and torch scalars (0-d: ``.item()``) become Python
+    numbers first. Other values are returned as they are."""
+    if isinstance(obj, float):  # numpy.float64 too
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, str | int):  # bool is an int
+        return obj
+    if isinstance(obj, dict):
+        return {key: finite_json(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(value) for value in obj]
+    item = getattr(obj, "item", None)
+    if callable(item) and getattr(obj, "ndim", None) == 0:  # numpy scalar, 0-d array or tensor
+        return finite_json(item())
+    return obj
+
+
+def json_dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of ``finite_json(obj)`` with ``allow_nan=False``: strict JSON, null for a
+    missing or non-finite number. Keyword arguments go to ``json.dumps``."""
+    return json.dumps(finite_json(obj), allow_nan=False, **kwargs)
+
+
+def write_json(obj: Any, path: str | os.PathLike[str], *, indent: int | None = 1) -> None:
+    """``obj`` as strict JSON (``json_dumps``, UTF-8, a final newline), written atomically."""
+    text = json_dumps(obj, ensure_ascii=False, indent=indent) + "\n"
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from entropyrl.local.config import DemoConfig
-from entropyrl.local.demo import eval_row
-from entropyrl.local.report import markdown_table, plot_curves, write_summary
-from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
+from entropyrl.local.interrupts import run_interruptible
+from entropyrl.local.report import eval_row, markdown_table, plot_curves, write_summary
+from entropyrl.local.runner import MetricsLog, warm_start
 
 __all__ = ["ACCEPTANCE_COLUMNS", "main", "run_acceptance"]
 
@@ -49,29 +49,10 @@ def run_acceptance(cfg: DemoConfig) -> dict[str, Any]:
     verdicts: list[dict[str, Any]] = []
     started = time.perf_counter()
     for seed in cfg.seed_list():
-        with CaptionSession(cfg, out / f"world-seed{seed}", seed=seed) as session:
-            warm = run_warmup(
-                session.model, session.task, cfg, steps=cfg.warmup_steps, seed=seed, log=log
-            )
-            before, _ = session.evaluate()
-            checkpoint = session.state()
-            rl = run_rl(session.model, session.task, cfg, variant, seed=seed, log=log)
-            after, _ = session.evaluate()
-            session.restore(checkpoint)
-            clock = cfg.control_clock if session.device.type == "cpu" else "wall"
-            budget = rl["cpu_seconds"] if clock == "cpu" else rl["seconds"]
-            control = run_warmup(
-                session.model,
-                session.task,
-                cfg,
-                seconds=budget,
-                clock=clock,
-                seed=seed,
-                log=log,
-                phase="control",
-                ramp=False,
-            )
-            held, _ = session.evaluate()
+        with warm_start(cfg, out, seed, log) as run:
+            rl, after = run.rl(cfg, variant, log=log)
+            control, held = run.control(cfg.control_clock)
+        warm, before = run.warmup, run.before
         for stage, metrics, seconds, steps in (
             ("warm-up", before, warm["seconds"], warm["steps"]),
             (f"RL ({variant})", after, rl["seconds"], float(cfg.steps)),
@@ -152,8 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser, DemoConfig)
     parser.set_defaults(out="runs/acceptance")
     cfg = config_from_args(parser.parse_args(argv), DemoConfig)
-    from entropyrl.local.demo import run_interruptible
-
     return run_interruptible(run_acceptance, cfg)
 
 

@@ -11,54 +11,35 @@ metrics.jsonl holds one whole JSON line per step logged before it, the service i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from entropyrl.local.config import DemoConfig
-from entropyrl.local.progress import position, set_position
-from entropyrl.local.reference import reference_for, reference_section
-from entropyrl.local.report import markdown_table, plot_curves, write_summary
+from entropyrl.local.interrupts import run_interruptible
+from entropyrl.local.progress import set_position
+from entropyrl.local.reference import quick_start_checks, reference_for, reference_section
+from entropyrl.local.report import (
+    EVAL_COLUMNS,
+    eval_columns,
+    eval_row,
+    markdown_table,
+    plot_curves,
+    write_summary,
+)
 from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
 
-__all__ = ["EVAL_COLUMNS", "eval_row", "main", "run_caption_demo", "run_interruptible"]
-
-EVAL_COLUMNS = (
-    ("stage", "held-out (greedy)"),
-    ("chair_i_pct", "CHAIR_i %"),
-    ("chair_s_pct", "CHAIR_s %"),
-    ("recall_pct", "recall %"),
-    ("cider", "CIDEr-D"),
-    ("length", "words"),
-    ("train_seconds", "train s"),
-)
-
-
-def eval_row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
-    """A summary-table row: CHAIR and recall in percent, as papers print them (NaN, shown as
-    n/a, when the CHAIR service scored none of the captions), and the unscored count."""
-    return {
-        "stage": stage,
-        "chair_i_pct": 100.0 * metrics["chair_i"],
-        "chair_s_pct": 100.0 * metrics["chair_s"],
-        "recall_pct": 100.0 * metrics["recall"],
-        "cider": metrics["cider"],
-        "length": metrics["length"],
-        "train_seconds": seconds,
-        "chair_unscored": int(metrics.get("chair_unscored", 0)),
-    }
-
-
-def eval_columns(rows: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """EVAL_COLUMNS, plus the unscored count when CHAIR left held-out captions unscored."""
-    if any(row.get("chair_unscored") for row in rows):
-        return (*EVAL_COLUMNS, ("chair_unscored", "CHAIR unscored"))
-    return EVAL_COLUMNS
+# EVAL_COLUMNS, eval_columns, eval_row (report.py) and run_interruptible (interrupts.py) are
+# also importable from here, where they were first defined.
+__all__ = [
+    "EVAL_COLUMNS",
+    "eval_columns",
+    "eval_row",
+    "main",
+    "run_caption_demo",
+    "run_interruptible",
+]
 
 
 def _settings(cfg: DemoConfig) -> dict[str, Any]:
@@ -130,6 +111,7 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     }
     reference, _ = reference_for(cfg)
     summary["readme_reference"] = reference
+    summary["checks"] = quick_start_checks(rows)
     compared = reference_section(cfg, rows)
     write_summary(
         out, summary, f"{table}\n\n{compared}", heading=f"entropyrl demo (seed {cfg.seed})"
@@ -141,48 +123,6 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     print(f"\n{compared}")
     print(f"\n{total:.0f} s in all; outputs in {out}/ (metrics.jsonl, curves.png, summary.md)")
     return summary
-
-
-def _exit_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so the CHAIR service subprocess is stopped, not orphaned."""
-    with contextlib.suppress(ValueError):  # ValueError: not the main thread
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-
-def _interrupt_once() -> Any:
-    """The first Ctrl-C raises KeyboardInterrupt; later ones are ignored, so the unwinding that
-    stops the CHAIR service (bounded: SIGTERM, then SIGKILL) is not cut short. Returns the
-    handler it replaced (None off the main thread, where nothing is installed)."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGINT, interrupt)
-    except ValueError:  # not the main thread
-        return None
-
-
-def run_interruptible(run: Callable[[DemoConfig], Any], cfg: DemoConfig) -> int:
-    """`run(cfg)` with SIGTERM and Ctrl-C handled: 0 when it returns; on Ctrl-C, once the
-    `with` blocks have stopped the service, one line on stderr and 130 (128 + SIGINT)."""
-    _exit_on_sigterm()
-    previous = _interrupt_once()
-    set_position("setup")
-    try:
-        run(cfg)
-    except KeyboardInterrupt:
-        print(
-            f"interrupted at {position()}; partial outputs in {cfg.out}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    return 0
 
 
 def _run_task(cfg: DemoConfig) -> None:

@@ -15,10 +15,10 @@ produces those habits some of the time; RL with the strict reward can remove the
 EGPO then run from the same checkpoint with the same seed, and held-out requests are scored
 greedily before and after.
 
-`DemoConfig`'s defaults are the captioning recipe. The measured function-calling recipe (README,
-3 of 3 seeds above the warm-up) is ``--tokenizer-ranks 2048 --warmup-steps 400 --steps 50
---prompts-per-step 4 --lr 2e-4 --num-test 60`` (a 2k vocabulary makes the LM head 4x cheaper;
-other learning rates were not measured on this world).
+`DemoConfig`'s defaults are the captioning recipe. The measured function-calling recipe
+(docs/function_calling.md, 3 of 3 seeds above the warm-up) is ``--tokenizer-ranks 2048
+--warmup-steps 400 --steps 50 --prompts-per-step 4 --lr 2e-4 --num-test 60`` (a 2k vocabulary
+makes the LM head 4x cheaper; other learning rates were not measured on this world).
 """
 
 from __future__ import annotations

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from entropyrl.files import atomic_path, write_json
+
 __all__ = [
     "CAPTION_HELD_OUT",
     "CURVES",
+    "EVAL_COLUMNS",
     "SMOOTHING",
     "Curve",
     "HeldOut",
     "curves_figure",
+    "eval_columns",
+    "eval_row",
     "markdown_table",
     "plot_curves",
     "write_summary",
@@ -227,17 +231,6 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities as null: summary.json stays valid JSON, and n/a reads as n/a."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     """`columns` = (key, header); floats with 2 decimals, n/a for NaN or None."""
     head = "| " + " | ".join(h for _, h in columns) + " |"
@@ -249,16 +242,49 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 def write_summary(
     out: str | Path, summary: dict[str, Any], table: str, *, heading: str = "Summary"
 ) -> tuple[Path, Path]:
-    """`summary.json` (everything; NaN as null) and `summary.md` (the table plus settings)."""
+    """`summary.json` (everything; NaN and infinities as null) and `summary.md` (the table plus
+    settings), each written atomically."""
     out = Path(out)
     json_path = out / "summary.json"
-    json_path.write_text(
-        json.dumps(_json_safe(summary), indent=2, allow_nan=False), encoding="utf-8"
-    )
+    write_json(summary, json_path, indent=2)
     md_path = out / "summary.md"
     settings = summary.get("settings", {})
     lines = [f"# {heading}", "", table, ""]
     if settings:
         lines += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
-    md_path.write_text("\n".join(lines), encoding="utf-8")
+    with atomic_path(md_path) as tmp:
+        tmp.write_text("\n".join(lines), encoding="utf-8")
     return json_path, md_path
+
+
+EVAL_COLUMNS = (
+    ("stage", "held-out (greedy)"),
+    ("chair_i_pct", "CHAIR_i %"),
+    ("chair_s_pct", "CHAIR_s %"),
+    ("recall_pct", "recall %"),
+    ("cider", "CIDEr-D"),
+    ("length", "words"),
+    ("train_seconds", "train s"),
+)
+
+
+def eval_row(stage: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
+    """A summary-table row: CHAIR and recall in percent, as papers print them (NaN, shown as
+    n/a, when the CHAIR service scored none of the captions), and the unscored count."""
+    return {
+        "stage": stage,
+        "chair_i_pct": 100.0 * metrics["chair_i"],
+        "chair_s_pct": 100.0 * metrics["chair_s"],
+        "recall_pct": 100.0 * metrics["recall"],
+        "cider": metrics["cider"],
+        "length": metrics["length"],
+        "train_seconds": seconds,
+        "chair_unscored": int(metrics.get("chair_unscored", 0)),
+    }
+
+
+def eval_columns(rows: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """EVAL_COLUMNS, plus the unscored count when CHAIR left held-out captions unscored."""
+    if any(row.get("chair_unscored") for row in rows):
+        return (*EVAL_COLUMNS, ("chair_unscored", "CHAIR unscored"))
+    return EVAL_COLUMNS

@@ -2,24 +2,27 @@
 
 A `CaptionSession` owns the synthetic world, the CHAIR service subprocess and its HTTP client,
 the tokenizer/processor, the reward and the model; phases log one JSON line per step through a
-`MetricsLog`. `entropyrl demo` (demo.py) and the acceptance study (acceptance.py) compose them.
+`MetricsLog`. `entropyrl demo` (demo.py) composes them; the acceptance study (acceptance.py) and
+the ablation study (study.py) run each seed through `warm_start`: one warm-up, RL runs from its
+checkpoint, and a control that continues the warm-up for the RL runs' time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-import json
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from entropyrl.entropy import think_tag_ids
+from entropyrl.files import json_dumps
 from entropyrl.local.config import DemoConfig, parse_variant
 from entropyrl.local.progress import Progress
 from entropyrl.local.rl import RLSettings, rl_step, supervised_step
@@ -28,14 +31,19 @@ from entropyrl.specs import AlgorithmSpecs
 __all__ = [
     "CaptionSession",
     "MetricsLog",
+    "WarmStart",
     "rl_settings",
     "run_rl",
     "run_warmup",
+    "warm_start",
 ]
 
 
 class MetricsLog:
-    """Appends `{"phase", "variant", "step", ...metrics}` lines to `metrics.jsonl`."""
+    """Appends `{"phase", "variant", "step", ...metrics}` lines to `metrics.jsonl`.
+
+    A value not measured (NaN) or infinite is `null` in the file (strict JSON, which jq and
+    JavaScript read); `records` keep the floats as they were."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -47,7 +55,7 @@ class MetricsLog:
         record = {"phase": phase, "step": step, **tags, **metrics}
         self.records.append(record)
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, allow_nan=True) + "\n")
+            handle.write(json_dumps(record) + "\n")
 
 
 def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSettings:
@@ -318,3 +326,75 @@ class CaptionSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WarmStart:
+    """One seed's session after its warm-up: `warmup` (what `run_warmup` returned) and `before`
+    (the held-out metrics after it); `rl` and `control` start from the warm-up checkpoint."""
+
+    def __init__(self, session: CaptionSession, log: MetricsLog | None) -> None:
+        self.session = session
+        self.seed = session.seed
+        self.log = log
+        cfg = session.cfg
+        self.warmup = run_warmup(
+            session.model, session.task, cfg, steps=cfg.warmup_steps, seed=self.seed, log=log
+        )
+        self.before, _ = session.evaluate()
+        self.rl_runs: list[dict[str, Any]] = []
+        self._checkpoint = session.state()
+        self._moved = False
+
+    def _from_checkpoint(self) -> None:
+        if self._moved:
+            self.session.restore(self._checkpoint)
+        self._moved = True
+
+    def rl(
+        self, cfg: DemoConfig, variant: str, *, log: MetricsLog | None = None
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """`run_rl` of `variant` with `cfg` from the warm-up checkpoint (steps logged to `log`
+        when given); returns (its result, the held-out metrics after it)."""
+        self._from_checkpoint()
+        session = self.session
+        rl = run_rl(session.model, session.task, cfg, variant, seed=self.seed, log=log)
+        self.rl_runs.append(rl)
+        after, _ = session.evaluate()
+        return rl, after
+
+    def control(self, clock: str) -> tuple[dict[str, float], dict[str, float]]:
+        """The warm-up continued from its checkpoint for the mean time of the RL runs so far,
+        measured on `clock` ("cpu": process CPU time; on an accelerator always "wall"), no
+        ramp; returns (`run_warmup`'s result, the held-out metrics after it)."""
+        if not self.rl_runs:
+            raise ValueError("the control's budget is the RL runs' time: run RL first")
+        session = self.session
+        if session.device.type != "cpu":
+            clock = "wall"
+        key = "cpu_seconds" if clock == "cpu" else "seconds"
+        budget = sum(rl[key] for rl in self.rl_runs) / len(self.rl_runs)
+        self._from_checkpoint()
+        control = run_warmup(
+            session.model,
+            session.task,
+            session.cfg,
+            seconds=budget,
+            clock=clock,
+            seed=self.seed,
+            log=self.log,
+            phase="control",
+            ramp=False,
+        )
+        held, _ = session.evaluate()
+        return control, held
+
+
+@contextlib.contextmanager
+def warm_start(
+    cfg: DemoConfig, out: str | Path, seed: int, log: MetricsLog | None
+) -> Iterator[WarmStart]:
+    """A `CaptionSession` for `seed` (its world under `out/world-seed<seed>`), warmed up and
+    evaluated: the per-seed start of the acceptance and ablation studies. The CHAIR service
+    stops on the way out."""
+    with CaptionSession(cfg, Path(out) / f"world-seed{seed}", seed=seed) as session:
+        yield WarmStart(session, log)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from entropyrl.files import json_dumps
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.report import markdown_table, write_summary
 
@@ -129,7 +130,7 @@ GRID: tuple[StudyVariant, ...] = (
 )
 REFERENCE = "grpo-low"
 
-# Where the clip acts on this world (see the README's study section): four mini-batches and
+# Where the clip acts on this world (docs/quickstart.md, the mechanism study): four mini-batches and
 # two epochs per step give each rollout batch eight updates, and lr 2e-4 moves the tiny policy
 # far enough per step for sampled-token ratios to pass 1.3. One torch thread: results depend on
 # the thread count, and one thread per process leaves the second core to a second seed.
@@ -183,7 +184,7 @@ def run_summary(
 
 def run_study(cfg: DemoConfig, variants: Sequence[StudyVariant] = GRID) -> dict[str, Any]:
     """Run the grid for every seed of `cfg.seed_list()`; writes and returns the summary."""
-    from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
+    from entropyrl.local.runner import MetricsLog, warm_start
 
     if not variants:
         raise ValueError("the study needs at least one variant")
@@ -193,43 +194,19 @@ def run_study(cfg: DemoConfig, variants: Sequence[StudyVariant] = GRID) -> dict[
     runs: list[dict[str, Any]] = []
     started = time.perf_counter()
     for seed in cfg.seed_list():
-        with CaptionSession(cfg, out / f"world-seed{seed}", seed=seed) as session:
-            warm = run_warmup(
-                session.model, session.task, cfg, steps=cfg.warmup_steps, seed=seed, log=log
-            )
-            before, _ = session.evaluate()
-            log.write("eval", 0, before, variant="warm-up", seed=seed)
-            runs.append(_run_row(seed, "warm-up", "warm-up checkpoint", before, [], warm))
-            checkpoint = session.state()
-            cpu_seconds = []
+        with warm_start(cfg, out, seed, log) as run:
+            log.write("eval", 0, run.before, variant="warm-up", seed=seed)
+            runs.append(_run_row(seed, "warm-up", "warm-up checkpoint", run.before, [], run.warmup))
             for variant in variants:
                 run_cfg, name = variant.config(cfg)
-                session.restore(checkpoint)
-                rl = run_rl(session.model, session.task, run_cfg, name, seed=seed)
+                rl, after = run.rl(run_cfg, name)
                 for step, metrics in enumerate(rl["history"]):
                     log.write("rl", step, metrics, variant=variant.key, seed=seed)
-                after, _ = session.evaluate()
                 log.write("eval", cfg.steps, after, variant=variant.key, seed=seed)
                 runs.append(
                     _run_row(seed, variant.key, variant.label(cfg), after, rl["history"], rl)
                 )
-                cpu_seconds.append(
-                    rl["cpu_seconds"] if session.device.type == "cpu" else rl["seconds"]
-                )
-            session.restore(checkpoint)
-            clock = "cpu" if session.device.type == "cpu" else "wall"
-            control = run_warmup(
-                session.model,
-                session.task,
-                cfg,
-                seconds=sum(cpu_seconds) / len(cpu_seconds),
-                clock=clock,
-                seed=seed,
-                log=log,
-                phase="control",
-                ramp=False,
-            )
-            held, _ = session.evaluate()
+            control, held = run.control("cpu")  # the mean RL time of the seed (CPU time on CPU)
             log.write("eval", seed, held, variant=CONTROL, seed=seed)
             label = "control: warm-up continued, mean RL CPU time"
             runs.append(_run_row(seed, CONTROL, label, held, [], control))
@@ -514,7 +491,7 @@ def combine(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
         runs += [_nan_for_null(r) for r in summary["runs"]]
         settings = {**summary.get("settings", {}), **settings}
         with (folder / "metrics.jsonl").open(encoding="utf-8") as handle:
-            records += [json.loads(line) for line in handle if line.strip()]
+            records += [_nan_for_null(json.loads(line)) for line in handle if line.strip()]
     seeds = [r["seed"] for r in runs if r["variant"] == "warm-up"]
     if len(seeds) != len(set(seeds)):
         raise ValueError(f"combine: a seed appears in more than one folder: {sorted(seeds)}")
@@ -523,11 +500,12 @@ def combine(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "metrics.jsonl").open("w", encoding="utf-8") as handle:
         for record in records:
-            handle.write(json.dumps(record, allow_nan=True) + "\n")
+            handle.write(json_dumps(record) + "\n")
     return _write_outputs(None, None, runs, records, out, time.perf_counter(), settings)
 
 
 def _nan_for_null(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row or record as read back: null (a value not measured) is NaN again, as in a run."""
     return {k: math.nan if v is None else v for k, v in row.items()}
 
 
@@ -567,9 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(by_key)}")
     cfg = config_from_args(args, DemoConfig)
-    from entropyrl.local.demo import _exit_on_sigterm
+    from entropyrl.local.interrupts import exit_on_sigterm
 
-    _exit_on_sigterm()
+    exit_on_sigterm()
     run_study(cfg, [by_key[k] for k in wanted])
     print((Path(cfg.out) / "summary.md").read_text(encoding="utf-8"))
     return 0

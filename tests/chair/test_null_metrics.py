@@ -1,12 +1,16 @@
 """A corpus metric over nothing is null, not 0.0 (which reads as a perfect score): the scorer,
-the service over real HTTP and the evaluate command (the demo summary: tests/local)."""
+the service over real HTTP and the evaluate command (the demo summary: tests/local). What the
+service and the command write is strict JSON: never NaN or Infinity, which jq and JavaScript
+reject (tests/test_json_strict.py: the rest of the project)."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
 
-from chair_server import ChairScorer, evaluate
+import pytest
+
+from chair_server import ChairScorer, evaluate, strict_json
 
 UNKNOWN = [{"image_id": 777, "caption": "A dog."}, {"image_id": "x", "caption": "A cat."}]
 NULLED = ("CHAIRs", "CHAIRi", "Recall", "mean_length")
@@ -53,3 +57,36 @@ def test_evaluate_prints_na_and_writes_null(tmp_path, gt_file, capsys) -> None:
     assert "no caption could be scored" in printed.err
     overall = json.loads(out.read_text())["overall_metrics"]
     assert overall["CHAIRs"] is None and overall["CHAIRi"] is None
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in JSON: jq and JavaScript reject it")
+
+
+def test_strict_json_writes_null_for_non_finite_numbers() -> None:
+    value = {"a": float("nan"), "b": [1.0, float("inf"), (float("-inf"),)], "c": "NaN"}
+    text = strict_json.dumps(value, separators=(",", ":"))
+    assert json.loads(text, parse_constant=_refuse) == {
+        "a": None,
+        "b": [1.0, None, [None]],
+        "c": "NaN",
+    }
+    finite = {"CHAIRi": 0.25, "captions": 4, "Recall": None}
+    assert strict_json.dumps(finite) == json.dumps(finite)  # nothing to map: the same text
+    with pytest.raises(ValueError, match="Circular"):
+        loop: list = []
+        loop.append(loop)
+        strict_json.dumps(loop)
+
+
+def test_evaluate_json_stays_strict_when_an_image_id_is_nan(tmp_path, gt_file, capsys) -> None:
+    """Python's reader takes `NaN` as an image id; the error entry echoes it back as null."""
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text('{"image_id": NaN, "caption": "A dog."}\n')
+    out = tmp_path / "out.json"
+    args = ["--captions", str(captions), "--ground-truth", str(gt_file), "--json", str(out)]
+    assert evaluate.main(args) == 0
+    capsys.readouterr()
+    written = json.loads(out.read_text(), parse_constant=_refuse)
+    assert written["sentences"][0]["image_id"] is None and "error" in written["sentences"][0]
+    assert written["overall_metrics"]["errors"] == 1

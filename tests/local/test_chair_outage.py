@@ -185,12 +185,19 @@ def test_unscored_evaluation_is_null_with_its_count(outage_run) -> None:
     before, after = summary["rows"]
     assert before["chair_unscored"] == 0 and math.isfinite(before["chair_s_pct"])
     assert after["chair_unscored"] == TINY["num_test"]
-    saved = json.loads((out / "summary.json").read_text())["rows"][1]
+    written = json.loads((out / "summary.json").read_text(), parse_constant=_refuse)
+    saved = written["rows"][1]
     assert saved["chair_i_pct"] is None and saved["chair_s_pct"] is None
     assert saved["recall_pct"] is None and saved["chair_unscored"] == TINY["num_test"]
     table = (out / "summary.md").read_text()
     assert "CHAIR unscored" in table
     assert "| n/a | n/a | n/a |" in table and f"| {TINY['num_test']} |" in table
+    # CHAIR_i not measured after RL: its check cannot hold, so it fails (n/a, never a PASS)
+    chair = next(c for c in written["checks"] if c["metric"] == "chair_i_pct")
+    assert chair["after_rl"] is None and chair["change"] is None and chair["passed"] is False
+    assert "held-out CHAIR_i falls by more than 1.0 point | " in table and "| n/a | FAIL |" in table
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=_refuse)  # the unscored evaluation: null, not NaN
 
 
 @pytest.mark.slow
@@ -199,10 +206,13 @@ def test_no_temporary_files_of_the_service_are_left(outage_run) -> None:
     assert [p.name for p in temp.iterdir() if p.name.startswith("chair_server")] == []
 
 
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in JSON: jq and JavaScript reject it")
+
+
 def test_demo_summary_shows_na_and_the_unscored_count(tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    from entropyrl.local.demo import eval_columns, eval_row
-    from entropyrl.local.report import markdown_table, write_summary
+    from entropyrl.local.report import eval_columns, eval_row, markdown_table, write_summary
 
     nan = math.nan
     scored = {"chair_i": 0.1, "chair_s": 0.2, "recall": 0.9, "cider": 5.0, "length": 9.0}
@@ -212,7 +222,7 @@ def test_demo_summary_shows_na_and_the_unscored_count(tmp_path) -> None:
     assert table.splitlines()[0].endswith("| CHAIR unscored |")
     assert "| after RL | n/a | n/a | n/a | 5.00 | 9.00 | 2.00 | 8 |" in table
     json_path, md_path = write_summary(tmp_path, {"rows": rows}, table)
-    summary = json.loads(json_path.read_text())  # valid JSON: no NaN
+    summary = json.loads(json_path.read_text(), parse_constant=_refuse)  # strict JSON: no NaN
     assert summary["rows"][1]["chair_i_pct"] is None and summary["rows"][1]["chair_unscored"] == 8
     assert summary["rows"][0]["chair_i_pct"] == pytest.approx(10.0)
     assert "n/a" in md_path.read_text()

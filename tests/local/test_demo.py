@@ -28,6 +28,10 @@ TINY = dict(
 )
 
 
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in JSON: jq and JavaScript reject it")
+
+
 def _rl_rewards(path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     return records, [r["reward"] for r in records if r["phase"] == "rl"]
@@ -71,8 +75,18 @@ def test_demo_calls_chair_over_http_and_writes_its_outputs(demo_run):
     for name in ("metrics.jsonl", "curves.png", "summary.md", "summary.json"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "CHAIR_i %" in (out / "summary.md").read_text()
-    assert json.loads((out / "summary.json").read_text())["rows"][0]["stage"] == "after warm-up"
+    text = (out / "summary.md").read_text()
+    assert "CHAIR_i %" in text
+    saved = json.loads((out / "summary.json").read_text(), parse_constant=_refuse)
+    assert saved["rows"][0]["stage"] == "after warm-up"
+    # the checks: PASS or FAIL each, the values in summary.json
+    assert [c["metric"] for c in saved["checks"]] == ["chair_i_pct", "cider"]
+    assert all(isinstance(c["passed"], bool) for c in saved["checks"])
+    checks = text[text.index("## Did it work?") :]
+    assert checks.count("| PASS |") + checks.count("| FAIL |") == 2
+    assert "changed from the defaults" in checks  # the tiny settings: margins set for others
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=_refuse)
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ PROGRESS_LINE = re.compile(r"^(warm-up|RL \S+) \d+/\d+( \S+ \S+)*$")
 
 def test_interrupt_is_one_line_and_130(tmp_path, capsys):
     from entropyrl.local.config import DemoConfig
-    from entropyrl.local.demo import run_interruptible
+    from entropyrl.local.interrupts import run_interruptible
     from entropyrl.local.progress import Progress
 
     def run(cfg):

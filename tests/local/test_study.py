@@ -1,4 +1,5 @@
-"""The ablation study: a tiny grid end to end (real CHAIR service), and its statistics by hand."""
+"""The ablation study: a tiny grid end to end (real CHAIR service), and its statistics by hand;
+the acceptance study, which runs each seed through the same loop, end to end."""
 
 from __future__ import annotations
 
@@ -109,6 +110,49 @@ def test_combine_refuses_a_seed_twice(study_runs, tmp_path):
     root, _ = study_runs
     with pytest.raises(ValueError, match="more than one folder"):
         combine([root / "s0", root / "s0"], tmp_path / "twice")
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in JSON: jq and JavaScript reject it")
+
+
+@pytest.mark.slow
+def test_acceptance_runs_rl_and_the_control_from_one_warm_up(
+    tmp_path, monkeypatch, entropyrl_cache
+):
+    """The acceptance study goes through the same per-seed loop (`runner.warm_start`): one
+    warm-up, RL and the equal-CPU-time control from its checkpoint, strict JSON."""
+    from entropyrl.local.acceptance import run_acceptance
+    from entropyrl.local.config import DemoConfig
+
+    monkeypatch.setenv("CHAIR_CACHE_DIR", str(tmp_path / "chair-cache"))
+    out = tmp_path / "acceptance"
+    summary = run_acceptance(DemoConfig(out=str(out), seeds="0", adv="egpo", **TINY))
+    warm, rl, control = summary["rows"]
+    assert [r["stage"] for r in (warm, rl, control)] == [
+        "warm-up",
+        "RL (egpo+clip)",
+        "control (same time)",
+    ]
+    assert warm["train_steps"] == TINY["warmup_steps"] and rl["train_steps"] == TINY["steps"]
+    # the control continued the warm-up for at least RL's CPU time (the default clock)
+    assert control["train_cpu_seconds"] >= rl["train_cpu_seconds"] and control["train_steps"] > 0
+    (verdict,) = summary["verdicts"]
+    assert verdict["cider_rl_minus_control"] == pytest.approx(rl["cider"] - control["cider"])
+    assert summary["wins"] == int(verdict["rl_beats_control"])
+    saved = json.loads((out / "summary.json").read_text(), parse_constant=_refuse)
+    assert [r["stage"] for r in saved["rows"]] == [r["stage"] for r in summary["rows"]]
+    assert "RL beats the equal-time control" in (out / "summary.md").read_text()
+    records = [
+        json.loads(line, parse_constant=_refuse)
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+    phases = [r["phase"] for r in records]
+    assert phases.index("warmup") < phases.index("rl") < phases.index("control")
+    assert [r["variant"] for r in records if r["phase"] == "eval"] == ["warmup", "rl", "control"]
+    assert sum(r["phase"] == "rl" for r in records) == TINY["steps"]
+    for row in summary["rows"]:
+        assert math.isfinite(row["cider"])
 
 
 def _row(seed, variant, chair_i, cider):
