@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from entropyrl.files import json_dumps, write_json
+
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     rows = []
@@ -96,7 +98,9 @@ def score_rows(
             if field not in row:
                 raise ValueError(f"generation row {number} has no field {field!r}")
         source = str(row.get("data_source") or "all")
-        score = float(compute_score(row["response"], row["ground_truth"]))
+        # The row's tool schema, as the training reward gets it through verl's extra_info.
+        tools = {"tools": row["tools"]} if row.get("tools") else None
+        score = float(compute_score(row["response"], row["ground_truth"], tools))
         total[source] += 1
         correct[source] += int(score == 1.0)
         if use_bfcl and entry is not None:
@@ -205,9 +209,11 @@ def generate(
                 "ground_truth": row["reward_model"]["ground_truth"],
                 "response": output.outputs[0].text,
             }
+            if extra.get("tools"):
+                record["tools"] = extra["tools"]  # the schema the strict reward follows
             if extra.get("bfcl"):
                 record["bfcl"] = extra["bfcl"]  # BFCL's entry, for BFCL's checker
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.write(json_dumps(record, ensure_ascii=False) + "\n")
     return len(table)
 
 
@@ -251,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "score":
         rows = [row for path in args.generations for row in read_jsonl(path)]
         result = score_rows(rows, name=args.name, bfcl=args.bfcl)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(result, args.out, indent=2)
         line = f"{args.name or 'run'}: strict {100 * result['accuracy']:.2f}% of {result['n']}"
         if result.get("bfcl"):
             line += f"; BFCL {100 * result['bfcl']['accuracy']:.2f}% of {result['bfcl']['n']}"

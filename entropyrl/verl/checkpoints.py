@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from entropyrl.files import json_dumps
+
 SETTINGS_FILE = "entropyrl_run.json"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker of the latest saved step
 # What makes two runs the same run. Batch sizes, lengths, frequencies, layouts, URLs and
@@ -80,7 +82,7 @@ def write_settings(folder: Path, config: Any, step: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     payload = {"step": int(step), "settings": run_settings(config)}
     partial = folder / (SETTINGS_FILE + ".partial")
-    partial.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str))
+    partial.write_text(json_dumps(payload, indent=1, sort_keys=True, default=str))
     os.replace(partial, folder / SETTINGS_FILE)
 
 

@@ -28,11 +28,13 @@ ENTRY = json.dumps(
 )
 
 
-def call(arguments: dict, *, think: bool = True) -> str:
-    block = (
-        "<tool_call>\n" + json.dumps({"name": "area", "arguments": arguments}) + "\n</tool_call>"
-    )
+def call_named(name: str, arguments: dict, *, think: bool = True) -> str:
+    block = "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
     return ("<think>t</think>\n" if think else "") + block
+
+
+def call(arguments: dict, *, think: bool = True) -> str:
+    return call_named("area", arguments, think=think)
 
 
 ROWS = [
@@ -107,3 +109,25 @@ def test_a_broken_bfcl_entry_is_an_error_naming_the_row(bfcl, match):
     rows = [{"response": "x", "ground_truth": "[]", "bfcl": bfcl}]
     with pytest.raises(ValueError, match=f"row 1.*{match}"):
         evaluate.score_rows(rows)
+
+
+def test_the_evaluation_follows_the_rows_tool_schema_as_training_does():
+    """A schema that requires what the ground truth marks optional: omitting it scores 0 in the
+    evaluation as in the training reward (the generations file carries the row's tools)."""
+    schema = {
+        "name": "get_prime_factors",
+        "description": "Prime factors of a number.",
+        "parameters": {
+            "type": "object",
+            "properties": {"number": {"type": "integer"}, "formatted": {"type": "boolean"}},
+            "required": ["number", "formatted"],
+        },
+    }
+    truth = json.dumps([{"get_prime_factors": {"number": [450], "formatted": [True, ""]}}])
+    omitted = call_named("get_prime_factors", {"number": 450})
+    row = {"response": omitted, "ground_truth": truth, "data_source": "test"}
+    assert evaluate.score_rows([row], bfcl="off")["accuracy"] == 1.0
+    row["tools"] = json.dumps([schema])
+    assert evaluate.score_rows([row], bfcl="off")["accuracy"] == 0.0
+    row["response"] = call_named("get_prime_factors", {"number": 450, "formatted": True})
+    assert evaluate.score_rows([row], bfcl="off")["accuracy"] == 1.0

@@ -48,6 +48,8 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from entropyrl.files import json_dumps
+
 logger = logging.getLogger(__name__)
 
 
@@ -120,7 +122,7 @@ def _replay_store(path: str) -> Any:
 
 def _append_line(path: str, row: dict[str, Any]) -> None:
     """One JSON line, written with a single append (replicas may share the file)."""
-    data = (json.dumps(row) + "\n").encode()
+    data = (json_dumps(row) + "\n").encode()
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(descriptor, data)
