@@ -14,7 +14,7 @@ and raises without it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +23,10 @@ from torch import Tensor
 
 from entropyrl import advantages as adv
 from entropyrl import maxent
-from entropyrl.entropy import sequence_entropy
-from entropyrl.specs import AlgorithmSpecs
+from entropyrl.entropy import segment_mask, sequence_entropy
+from entropyrl.specs import AlgorithmSpecs, EntropySpec
 
-__all__ = ["ESTIMATORS", "Estimate", "EstimatorInputs", "estimate"]
+__all__ = ["ESTIMATORS", "Estimate", "EstimatorInputs", "entropy_inputs", "estimate"]
 
 
 @dataclass
@@ -64,6 +64,43 @@ class EstimatorInputs:
             mask = mask & self.segment_mask.bool()
         # An empty segment gives NaN: that sample keeps its plain GRPO advantage.
         return sequence_entropy(self.token_entropy.to(torch.float32), mask)
+
+
+def entropy_inputs(
+    spec: EntropySpec,
+    mask: Tensor,
+    *,
+    entropy: Tensor | None,
+    old_log_prob: Tensor | None,
+    responses: Tensor | None,
+    think_ids: tuple[Sequence[int], Sequence[int]] | None,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The per-token quantity that forms H_i and the tokens it is taken over, as `spec` says.
+
+    `entropy` [N, T]: the rollout policy's per-token entropy (`source="logits"`);
+    `old_log_prob` [N, T]: its log-probs of the sampled tokens (`source="nll"`); either may be
+    missing (verl's bypass mode computes no entropy). `responses` [N, T] and the `<think>` /
+    `</think>` token ids `think_ids` locate the segment unless `mode="full"`.
+
+    Returns:
+        (token_entropy Tensor[N, T] float32, or None when unavailable: the estimators then keep
+        plain GRPO and count it; segment_mask BoolTensor[N, T], or None for the whole response;
+        found BoolTensor[N], rows whose segment was found, or None without a segment).
+    """
+    token_entropy = None
+    if spec.source == "logits" and entropy is not None:
+        token_entropy = entropy.to(torch.float32)
+    elif spec.source == "nll" and old_log_prob is not None:
+        token_entropy = -old_log_prob.to(torch.float32)
+    if spec.mode == "full" or token_entropy is None:
+        return token_entropy, None, None
+    if responses is None or think_ids is None:
+        raise ValueError(
+            f"entropy.mode={spec.mode!r} (algorithm.entropy.mode) needs the response token ids "
+            "and the think tags"
+        )
+    segment, found = segment_mask(responses, mask, think_ids[0], think_ids[1], spec.mode)
+    return token_entropy, segment, found
 
 
 @dataclass
@@ -156,23 +193,13 @@ def _maxent(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return _sequence(inputs, advantages, metrics)
 
 
-@dataclass(frozen=True)
-class Estimator:
-    """fn(inputs, specs) -> Estimate; `section`: the spec it reads (None: none);
-    `uses_entropy`: needs per-token entropy; `uses_reference`: may need reference log-probs."""
-
-    fn: Callable[[EstimatorInputs, AlgorithmSpecs], Estimate]
-    section: str | None
-    uses_entropy: bool
-    uses_reference: bool = False
-
-
-ESTIMATORS: dict[str, Estimator] = {
-    "grpo": Estimator(_grpo, None, uses_entropy=False),
-    "egpo": Estimator(_egpo, "egpo_bonus", uses_entropy=True),
-    "egpo_ratio": Estimator(_egpo_ratio, "egpo_ratio", uses_entropy=True),
-    "entropy_adv": Estimator(_entropy_adv, "entropy_adv", uses_entropy=True),
-    "maxent_grpo": Estimator(_maxent, "maxent", uses_entropy=False, uses_reference=True),
+# name -> fn(inputs, specs); the names, importable without torch: `entropyrl.estimator_names`.
+ESTIMATORS: dict[str, Callable[[EstimatorInputs, AlgorithmSpecs], Estimate]] = {
+    "grpo": _grpo,
+    "egpo": _egpo,
+    "egpo_ratio": _egpo_ratio,
+    "entropy_adv": _entropy_adv,
+    "maxent_grpo": _maxent,
 }
 
 
@@ -184,4 +211,4 @@ def estimate(name: str, inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estim
         raise ValueError(
             f"unknown advantage estimator {name!r}; known: {', '.join(ESTIMATORS)}"
         ) from None
-    return estimator.fn(inputs, specs)
+    return estimator(inputs, specs)

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from entropyrl.specs import CLIP_RULES, DIRECTIONS, ClipScheduleSpec
 
-__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_from_hallucination", "per_sample_clip_high"]
+__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_bounds"]
 
 
-def _finite_nonneg(value: float, name: str) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def clip_high_from_hallucination(
-    chair_i: Tensor,
-    *,
-    rule: str = ClipScheduleSpec.rule,
-    low: float = ClipScheduleSpec.low,
-    high: float = ClipScheduleSpec.high,
-    threshold: float = ClipScheduleSpec.threshold,
-    direction: str = ClipScheduleSpec.direction,
-    neutral: float | None = ClipScheduleSpec.neutral,
-    saturation: float = ClipScheduleSpec.saturation,
-    temperature: float = ClipScheduleSpec.temperature,
+def clip_high_bounds(
+    chair_i: Tensor | None, spec: ClipScheduleSpec, *, batch_size: int | None = None
 ) -> Tensor:
-    """Map each sample's hallucination score to its PPO eps_high.
+    """Map each sample's hallucination score to its PPO eps_high under `spec`'s rule.
 
     With ``direction="hallucinated_high"`` (EntropyRL's), the bound moves from ``low`` for a
     clean caption to ``high`` for a hallucinating one, giving hallucinating samples more room
@@ -46,65 +30,41 @@ def clip_high_from_hallucination(
     Result: low + (high - low) * s (flipped: high + (low - high) * s).
 
     A NaN score (the CHAIR service was unreachable for that sample) gets ``neutral``, which
-    defaults to ``low``, so a missing score never widens the update. Callers count NaNs in their
-    metrics. Defaults: `entropyrl.specs.ClipScheduleSpec`.
+    defaults to ``low``, so a missing score never widens the update; without any scores
+    (``chair_i`` None) every one of the ``batch_size`` samples gets it. Callers count NaNs in
+    their metrics. The spec's values were checked when it was built; ``spec.enable`` is the
+    caller's to read (a disabled schedule means the engine's own constant eps_high).
 
     Args:
-        chair_i: Tensor[B] scores >= 0 (NaN = missing).
+        chair_i: Tensor[B] scores >= 0 (NaN = missing), or None (no scores at all).
+        batch_size: B; required without ``chair_i``, checked against it otherwise.
 
     Returns:
         Tensor[B] float32 on ``chair_i``'s device.
     """
-    if rule not in CLIP_RULES:
-        raise ValueError(f"rule must be one of {CLIP_RULES}, got {rule!r}")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-    _finite_nonneg(low, "low")
-    _finite_nonneg(high, "high")
-    if neutral is None:
-        neutral = low
-    _finite_nonneg(neutral, "neutral")
-    if not isinstance(chair_i, Tensor):
-        chair_i = torch.as_tensor(chair_i)
-    if chair_i.dim() != 1:
-        raise ValueError(f"chair_i must be 1-D [B], got shape {tuple(chair_i.shape)}")
-    x = chair_i.to(torch.float32)
+    if chair_i is None:
+        if batch_size is None:
+            raise ValueError("clip_high_bounds: without chair_i, batch_size is required")
+        chair_i = torch.full((batch_size,), float("nan"))
+    x = torch.as_tensor(chair_i).to(torch.float32)
+    if x.dim() != 1:
+        raise ValueError(f"chair_i must be 1-D [B], got shape {tuple(x.shape)}")
+    if batch_size is not None and x.shape[0] != batch_size:
+        raise ValueError(f"chair_i has {x.shape[0]} rows, the batch has {batch_size}")
     missing = torch.isnan(x)
     if (x[~missing] < 0).any():
         raise ValueError("chair_i must be >= 0 (NaN marks a missing score)")
     x = torch.where(missing, torch.zeros_like(x), x)
 
-    if rule == "step":
-        share = (x >= threshold).to(torch.float32)
-    elif rule == "linear":
-        if not saturation > threshold:
-            raise ValueError(
-                f"saturation must be > threshold for rule 'linear', got {saturation} <= {threshold}"
-            )
-        share = ((x - threshold) / (saturation - threshold)).clamp(0.0, 1.0)
+    if spec.rule == "step":
+        share = (x >= spec.threshold).to(torch.float32)
+    elif spec.rule == "linear":
+        share = ((x - spec.threshold) / (spec.saturation - spec.threshold)).clamp(0.0, 1.0)
     else:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 for rule 'sigmoid', got {temperature}")
-        share = torch.sigmoid((x - threshold) / temperature)
+        share = torch.sigmoid((x - spec.threshold) / spec.temperature)
 
-    start, end = (low, high) if direction == "hallucinated_high" else (high, low)
+    low, high = spec.low, spec.high
+    start, end = (low, high) if spec.direction == "hallucinated_high" else (high, low)
     bound = start + (end - start) * share
+    neutral = low if spec.neutral is None else spec.neutral
     return torch.where(missing, torch.full_like(bound, neutral), bound)
-
-
-def per_sample_clip_high(
-    chair_i: Tensor | None, spec: ClipScheduleSpec, constant: float, batch_size: int
-) -> Tensor:
-    """eps_high per sample [B]: the schedule's bounds, or `constant` when it is disabled.
-
-    `constant` is the engine's own eps_high (verl's `actor.clip_ratio_high`, the local runner's
-    `ppo.clip_high`); without CHAIR scores (`chair_i` None) every sample gets the neutral bound.
-    """
-    if not spec.enable:
-        return torch.full((batch_size,), float(constant), dtype=torch.float32)
-    if chair_i is None:
-        chair_i = torch.full((batch_size,), float("nan"))
-    bounds = spec.bounds(torch.as_tensor(chair_i, dtype=torch.float32).reshape(-1))
-    if bounds.shape[0] != batch_size:
-        raise ValueError(f"chair_i has {bounds.shape[0]} rows, the batch has {batch_size}")
-    return bounds

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from entropyrl.specs import PpoClipSpec
 
-__all__ = ["AGG_MODES", "aggregate", "ppo_clip_loss", "ppo_clip_masks", "ppo_clip_token_loss"]
+__all__ = ["AGG_MODES", "ClipMasks", "aggregate", "ppo_clip_loss"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
-def _check_bound(value: float | Tensor, name: str, bsz: int) -> None:
-    if isinstance(value, Tensor):
-        if value.dim() != 1 or value.shape[0] != bsz:
-            raise ValueError(f"{name} as a tensor must be [B] = [{bsz}], got {tuple(value.shape)}")
-        if not torch.isfinite(value).all() or (value < 0).any():
-            raise ValueError(f"{name} must be finite and >= 0")
-    elif not (value >= 0 and value == value and value != float("inf")):
-        raise ValueError(f"{name} must be a finite float >= 0, got {value}")
+class ClipMasks(NamedTuple):
+    """Which tokens the clipped surrogate cut off, per token (False on masked positions).
+
+    ``high``: BoolTensor[B, T], ratio above 1 + eps_high with A > 0 (``clip/frac_high``);
+    ``low``: ratio below 1 - eps_low with A < 0 (``clip/frac_low``). A caller splits those
+    fractions by groups of samples with them (e.g. hallucinating vs clean captions); the batch
+    fractions are ``mask.sum() / tokens``.
+    """
+
+    high: Tensor
+    low: Tensor
 
 
 def aggregate(loss_mat: Tensor, mask: Tensor, agg: str) -> Tensor:
@@ -47,41 +53,9 @@ def ppo_clip_loss(
     clip_low: float = PpoClipSpec.clip_low,
     clip_high: float | Tensor = PpoClipSpec.clip_high,
     clip_c: float | None = PpoClipSpec.clip_c,
-    agg: str = "token-mean",
-) -> tuple[Tensor, dict[str, float]]:
-    """PPO clipped policy loss of one batch, aggregated within it (see `ppo_clip_token_loss`).
-
-    ``agg``: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
-    ``agg_loss`` semantics with the normalisers taken from this batch.
-
-    Returns:
-        (scalar loss, metrics of `ppo_clip_token_loss`).
-    """
-    if agg not in AGG_MODES:
-        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
-    token_loss, metrics = ppo_clip_token_loss(
-        log_prob,
-        old_log_prob,
-        advantages,
-        mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        clip_c=clip_c,
-    )
-    return aggregate(token_loss, mask.to(token_loss.dtype), agg), metrics
-
-
-def ppo_clip_token_loss(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = PpoClipSpec.clip_low,
-    clip_high: float | Tensor = PpoClipSpec.clip_high,
-    clip_c: float | None = PpoClipSpec.clip_c,
-) -> tuple[Tensor, dict[str, float]]:
-    """PPO clipped policy loss per token, as verl's ``compute_policy_loss_vanilla`` computes it.
+    agg: str | None = "token-mean",
+) -> tuple[Tensor, dict[str, float], ClipMasks]:
+    """PPO clipped policy loss, as verl's ``compute_policy_loss_vanilla`` computes it.
 
     Per token, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and
     eps_high = clip_high[b] (a per-sample bound broadcast over the sample's tokens):
@@ -94,15 +68,23 @@ def ppo_clip_token_loss(
             and the rollout policy.
         advantages: Tensor[B] or Tensor[B, T].
         mask: Tensor[B, T] response mask (bool or 0/1).
-        clip_low: eps_low (>= 0). clip_high: float or Tensor[B] (>= 0).
+        clip_low: eps_low (>= 0). clip_high: float or Tensor[B] (>= 0; the bounds of a
+            `ClipScheduleSpec` or `PpoClipSpec.clip_high`, checked where those specs are built).
         clip_c: dual-clip constant (> 1), or None to disable the dual clip.
+        agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
+            ``agg_loss`` semantics with the normalisers taken from this batch; None: no
+            aggregation (the caller aggregates, e.g. with verl's own ``agg_loss``).
 
     Returns:
-        (Tensor[B, T] per-token losses, 0 on masked positions; metrics): ``clip/frac_high`` (tokens clipped at 1 + eps_high, A > 0),
-        ``clip/frac_low`` (clipped at 1 - eps_low, A < 0); their sum is verl's
-        ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's ``pg_clipfrac_lower``),
-        ``clip/high_mean`` (mean eps_high over samples with a valid token), ``ppo_kl``.
+        (loss: a scalar, or with ``agg=None`` Tensor[B, T] per-token losses, 0 on masked
+        positions; metrics; `ClipMasks`). Metrics: ``clip/frac_high`` (tokens clipped at
+        1 + eps_high, A > 0), ``clip/frac_low`` (clipped at 1 - eps_low, A < 0; their sum is
+        verl's ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's
+        ``pg_clipfrac_lower``), ``clip/high_mean`` (mean eps_high over samples with a valid
+        token), ``ppo_kl``.
     """
+    if agg is not None and agg not in AGG_MODES:
+        raise ValueError(f"agg must be one of {AGG_MODES} or None, got {agg!r}")
     advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask, clip_low, clip_high)
     if clip_c is not None and not clip_c > 1.0:
         raise ValueError(f"clip_c must be > 1 for dual-clip PPO (or None), got {clip_c}")
@@ -138,49 +120,19 @@ def ppo_clip_token_loss(
             float(clip_high) if bool(sample_has.any()) else 0.0, dtype=torch.float64
         )
     n_tok64 = n_tok.to(torch.float64)
+    clipped_high, clipped_low = was_clipped & (adv > 0), was_clipped & (adv < 0)
     stats = torch.stack(
         [
-            (was_clipped & (adv > 0)).sum().to(torch.float64) / n_tok64,
-            (was_clipped & (adv < 0)).sum().to(torch.float64) / n_tok64,
+            clipped_high.sum().to(torch.float64) / n_tok64,
+            clipped_low.sum().to(torch.float64) / n_tok64,
             dual.sum().to(torch.float64) / n_tok64,
             high_mean.to(device=n_tok64.device, dtype=torch.float64),
             ppo_kl.detach().to(torch.float64),
         ]
     ).tolist()
     names = ("clip/frac_high", "clip/frac_low", "clip/frac_dual", "clip/high_mean", "ppo_kl")
-    return token_loss, dict(zip(names, stats))
-
-
-def ppo_clip_masks(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = PpoClipSpec.clip_low,
-    clip_high: float | Tensor = PpoClipSpec.clip_high,
-) -> tuple[Tensor, Tensor]:
-    """Which tokens the clipped surrogate cuts off, per token, for statistics per sample.
-
-    The same tokens `ppo_clip_token_loss` counts in ``clip/frac_high`` (ratio above
-    1 + eps_high with A > 0) and ``clip/frac_low`` (ratio below 1 - eps_low with A < 0), with
-    the same arithmetic, so that a caller can split those fractions by groups of samples
-    (e.g. hallucinating vs clean captions); the batch fractions are ``mask.sum() / tokens``.
-
-    Args: as `ppo_clip_token_loss` (no gradient is needed; inputs are detached).
-
-    Returns:
-        (high BoolTensor[B, T], low BoolTensor[B, T]), False on masked positions.
-    """
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask, clip_low, clip_high)
-    with torch.no_grad():
-        adv = advantages.detach().to(log_prob.dtype)
-        _, ratio, clipped = _ratio_and_clipped(
-            log_prob.detach(), old_log_prob.detach(), clip_low, clip_high
-        )
-        # Clipped exactly where the loss takes the clipped branch: -A * clipped > -A * ratio.
-        was_clipped = torch.gt(-adv * clipped, -adv * ratio) & mask.bool()
-        return was_clipped & (adv > 0), was_clipped & (adv < 0)
+    loss = token_loss if agg is None else aggregate(token_loss, mask.to(token_loss.dtype), agg)
+    return loss, dict(zip(names, stats)), ClipMasks(clipped_high, clipped_low)
 
 
 def _checked_advantages(
@@ -191,7 +143,7 @@ def _checked_advantages(
     clip_low: float,
     clip_high: float | Tensor,
 ) -> Tensor:
-    """Shapes and bounds checked; advantages as [B, 1] (per sample) or [B, T]."""
+    """Shapes checked (the values of the bounds are the specs'); advantages as [B, 1] or [B, T]."""
     if log_prob.dim() != 2:
         raise ValueError(f"log_prob must be [B, T], got shape {tuple(log_prob.shape)}")
     for name, t in (("old_log_prob", old_log_prob), ("mask", mask)):
@@ -204,8 +156,14 @@ def _checked_advantages(
         raise ValueError(f"advantages must be [B] or [B, T], got shape {tuple(advantages.shape)}")
     if isinstance(clip_low, Tensor):
         raise ValueError("clip_low must be a float (only clip_high may vary per sample)")
-    _check_bound(clip_low, "clip_low", bsz)
-    _check_bound(clip_high, "clip_high", bsz)
+    if not (clip_low >= 0 and math.isfinite(clip_low)):
+        # verl's actor.clip_ratio_low reaches the loss without a spec of ours.
+        raise ValueError(f"clip_low must be a finite float >= 0, got {clip_low}")
+    if isinstance(clip_high, Tensor) and (clip_high.dim() != 1 or clip_high.shape[0] != bsz):
+        raise ValueError(
+            f"clip_high as a tensor must be [B] = [{bsz}] (one bound per row of the batch), "
+            f"got {tuple(clip_high.shape)}"
+        )
     return advantages
 
 

@@ -130,7 +130,12 @@ def _coerce(value: Any, f: dataclasses.Field, key: str) -> Any:
 
 @dataclass(frozen=True)
 class ClipScheduleSpec(Spec):
-    """Per-sample PPO eps_high from each sample's hallucination score (CHAIR_i)."""
+    """Per-sample PPO eps_high from each sample's hallucination score (CHAIR_i).
+
+    Checked here, once: `entropyrl.clip_schedules.clip_high_bounds` applies the rule to a
+    built spec and relies on these checks (the bounds lie in [min(low, high), max(low, high)]
+    or are `neutral`, all finite and >= 0).
+    """
 
     SECTION: ClassVar[str] = "clip_schedule"
 
@@ -170,16 +175,6 @@ class ClipScheduleSpec(Spec):
             )
         if self.rule == "sigmoid":
             _check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
-
-    def schedule_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `clip_high_from_hallucination`."""
-        return {k: v for k, v in self.to_dict().items() if k != "enable"}
-
-    def bounds(self, chair_i: Any) -> Any:
-        """eps_high per sample (Tensor[B]) for CHAIR_i [B] (NaN = missing -> neutral)."""
-        from entropyrl.clip_schedules import clip_high_from_hallucination
-
-        return clip_high_from_hallucination(chair_i, **self.schedule_kwargs())
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ENTROPY_ESTIMATORS = ("egpo", "egpo_ratio", "entropy_adv")
+from entropyrl.data.io import read_records
+from entropyrl.estimator_names import ENTROPY_ESTIMATORS
+
 # Rollout (hf generate) vs actor log-probs on the same tokens, bfloat16 actor: a mean absolute
 # probability difference far below what a leak across packed sequences gives (tenths).
 ROLLOUT_PROBS_DIFF_MEAN = 0.02
@@ -38,13 +39,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     """verl file-logger rows `{"step": n, "data": {...}}`, one per step in step order; a step
     logged twice (a run resumed after a crash) keeps its latest row."""
     rows: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+    for number, row in read_records(path):
         if not isinstance(row, dict) or "step" not in row or not isinstance(row.get("data"), dict):
             raise ValueError(f"{path}:{number}: expected {{'step': n, 'data': {{...}}}}")
         rows[row["step"]] = row

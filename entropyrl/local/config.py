@@ -3,7 +3,7 @@
 Plain settings are fields of `DemoConfig`; each algorithm section is a nested spec from
 `entropyrl.specs` (the same sections verl reads under `algorithm.*`), exposed on the command
 line as `--<section>-<field>` (e.g. `--clip-schedule-rule linear`, `--egpo-bonus-lam 0.2`).
-Why the demo's defaults are what they are is in the README's results. Stdlib only (plus the
+Why the demo's defaults are what they are: docs/quickstart.md. Stdlib only (plus the
 spec classes), so the CLI stays fast to import.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from entropyrl.estimator_names import ESTIMATOR_NAMES as ADV_ESTIMATORS
 from entropyrl.specs import (
     ClipScheduleSpec,
     EgpoBonusSpec,
@@ -35,7 +36,6 @@ __all__ = [
     "config_from_args",
 ]
 
-ADV_ESTIMATORS = ("grpo", "egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
 TASKS = ("captioning", "function-calling")
 
 

@@ -20,16 +20,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from entropyrl.algorithms import Estimate, EstimatorInputs, estimate
-from entropyrl.clip_schedules import per_sample_clip_high
-from entropyrl.entropy import masked_mean, segment_mask
+from entropyrl.algorithms import Estimate, EstimatorInputs, entropy_inputs, estimate
+from entropyrl.clip_schedules import clip_high_bounds
+from entropyrl.entropy import masked_mean
 from entropyrl.local.policy import (
     expand_prompts,
     generate,
     response_log_probs,
     select_rows,
 )
-from entropyrl.losses import ppo_clip_loss, ppo_clip_masks
+from entropyrl.losses import ppo_clip_loss
 from entropyrl.specs import AlgorithmSpecs, PpoClipSpec
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "hallucination_split_metrics",
     "kl_k3",
     "rl_step",
+    "sample_clip_high",
     "supervised_step",
 ]
 
@@ -107,17 +108,14 @@ def compute_advantages(
     `settings.specs.entropy` picks which quantity (entropy or the sampled token's NLL, from
     `old_log_prob`) and which tokens (`responses` locate `<think>` tags) form H_i.
     """
-    spec = settings.specs.entropy
-    per_token = token_entropy if spec.source == "logits" else None
-    if spec.source == "nll" and old_log_prob is not None:
-        per_token = -old_log_prob.to(torch.float32)
-    segment = None
-    if spec.mode != "full" and per_token is not None:
-        if responses is None or settings.think_ids is None:
-            raise ValueError(f"entropy.mode={spec.mode!r} needs the responses and the think tags")
-        segment, _ = segment_mask(
-            responses, mask, settings.think_ids[0], settings.think_ids[1], spec.mode
-        )
+    per_token, segment, _ = entropy_inputs(
+        settings.specs.entropy,
+        mask,
+        entropy=token_entropy,
+        old_log_prob=old_log_prob,
+        responses=responses,
+        think_ids=settings.think_ids,
+    )
     inputs = EstimatorInputs(
         scores=scores,
         group=group,
@@ -127,6 +125,16 @@ def compute_advantages(
         ref_seq_log_prob=ref_seq_log_prob,
     )
     return estimate(settings.adv, inputs, settings.specs)
+
+
+def sample_clip_high(settings: RLSettings, chair_i: np.ndarray | None, size: int) -> Tensor:
+    """eps_high per sample [N] (float32): the clip schedule's bounds from CHAIR_i (NaN or None =
+    unscored: the neutral bound), or `settings.ppo.clip_high` for all when it is disabled."""
+    spec = settings.specs.clip_schedule
+    if not spec.enable:
+        return torch.full((size,), float(settings.ppo.clip_high), dtype=torch.float32)
+    chair = None if chair_i is None else torch.as_tensor(chair_i, dtype=torch.float32)
+    return clip_high_bounds(chair, spec, batch_size=size)
 
 
 def _mean(values: Tensor | np.ndarray) -> float:
@@ -241,10 +249,7 @@ def rl_step(
     )
     adv = result.token.to(device)
     adv_metrics = result.metrics
-    chair = None if reward.chair_i is None else torch.as_tensor(reward.chair_i, dtype=torch.float32)
-    clip_high = per_sample_clip_high(
-        chair, settings.specs.clip_schedule, settings.ppo.clip_high, scores.shape[0]
-    ).to(device)
+    clip_high = sample_clip_high(settings, reward.chair_i, scores.shape[0]).to(device)
 
     total = scores.shape[0]
     losses, clip_frac_high, clip_frac_low, kls = [], [], [], []
@@ -261,7 +266,7 @@ def rl_step(
                 mask[index_d],
                 temperature=settings.temperature,
             )
-            loss, loss_metrics = ppo_clip_loss(
+            loss, loss_metrics, clipped = ppo_clip_loss(
                 log_prob,
                 old_log_prob[index_d],
                 adv[index_d],
@@ -271,16 +276,8 @@ def rl_step(
                 clip_c=settings.ppo.clip_c,
                 agg="token-mean",
             )
-            high, low = ppo_clip_masks(
-                log_prob,
-                old_log_prob[index_d],
-                adv[index_d],
-                mask[index_d],
-                clip_low=settings.ppo.clip_low,
-                clip_high=clip_high[index_d],
-            )
-            clipped_high.index_add_(0, index, high.sum(-1).cpu().to(torch.float64))
-            clipped_low.index_add_(0, index, low.sum(-1).cpu().to(torch.float64))
+            clipped_high.index_add_(0, index, clipped.high.sum(-1).cpu().to(torch.float64))
+            clipped_low.index_add_(0, index, clipped.low.sum(-1).cpu().to(torch.float64))
             if ref_log_prob is not None and settings.kl_coef > 0:
                 kl = masked_mean(kl_k3(log_prob, ref_log_prob[index_d]), mask[index_d], dim=None)
                 loss = loss + settings.kl_coef * kl

@@ -1,4 +1,5 @@
-"""verl advantage estimators: every entry of `entropyrl.algorithms.ESTIMATORS` but `grpo`.
+"""verl advantage estimators: every entry of `entropyrl.algorithms.ESTIMATORS` but `grpo`
+(`entropyrl.estimator_names.VERL_ESTIMATORS`).
 
 Each is registered under its name with verl's estimator signature `(token_level_rewards,
 response_mask, config, index, **kw) -> (advantages [B, T], returns [B, T])` and only moves
@@ -17,13 +18,10 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from entropyrl.algorithms import ESTIMATORS as TABLE
 from entropyrl.algorithms import EstimatorInputs, estimate
+from entropyrl.estimator_names import VERL_ESTIMATORS
 from entropyrl.specs import algorithm_specs
 from entropyrl.verl.inputs import current_advantage_inputs
-
-# verl ships its own `grpo`; ours would only duplicate it.
-ESTIMATORS: tuple[str, ...] = tuple(name for name in TABLE if name != "grpo")
 
 
 def group_ids(
@@ -100,5 +98,5 @@ def _registered(name: str):
     return estimator
 
 
-for _name in ESTIMATORS:
+for _name in VERL_ESTIMATORS:
     register_adv_est(_name)(_registered(_name))

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from entropyrl.clip_schedules import per_sample_clip_high
-from entropyrl.entropy import segment_mask
+from entropyrl.algorithms import entropy_inputs
+from entropyrl.clip_schedules import clip_high_bounds
 from entropyrl.specs import ClipScheduleSpec, EntropySpec
 from entropyrl.verl.inputs import AdvantageInputs
 
@@ -36,22 +36,20 @@ def build_advantage_inputs(
     Missing entropy (verl's bypass mode, or a worker that did not compute it) leaves
     `token_entropy` None: the estimators then fall back to GRPO and count it.
     """
-    token_entropy = None
-    if spec.source == "logits" and entropy is not None:
-        token_entropy = entropy.to(torch.float32)
-    elif spec.source == "nll" and old_log_probs is not None:
-        token_entropy = -old_log_probs.to(torch.float32)
-    inputs = AdvantageInputs(token_entropy=token_entropy, ref_log_prob=ref_log_prob)
-    if spec.mode == "full" or token_entropy is None:
-        return inputs
-    if responses is None or think_ids is None:
-        raise ValueError(
-            f"algorithm.entropy.mode={spec.mode!r} needs the response token ids and the think tags"
-        )
-    mask, found = segment_mask(responses, response_mask, think_ids[0], think_ids[1], spec.mode)
-    inputs.segment_mask = mask
-    rows = response_mask.bool().any(dim=-1)
-    inputs.metrics["egpo/segment/fallback"] = float((rows & ~found).sum().item())
+    token_entropy, segment, found = entropy_inputs(
+        spec,
+        response_mask,
+        entropy=entropy,
+        old_log_prob=old_log_probs,
+        responses=responses,
+        think_ids=think_ids,
+    )
+    inputs = AdvantageInputs(
+        token_entropy=token_entropy, segment_mask=segment, ref_log_prob=ref_log_prob
+    )
+    if found is not None:
+        rows = response_mask.bool().any(dim=-1)
+        inputs.metrics["egpo/segment/fallback"] = float((rows & ~found).sum().item())
     return inputs
 
 
@@ -136,7 +134,7 @@ def clip_ratio_high_from_chair(
     """
     if not spec.enable:
         return None, {}
-    clip_high = per_sample_clip_high(chair_i, spec, constant=spec.low, batch_size=len(chair_i))
+    clip_high = clip_high_bounds(chair_i, spec)
     if valid is None:
         valid = torch.ones_like(clip_high, dtype=torch.bool)
     chair_valid, clip_valid = chair_i[valid], clip_high[valid]

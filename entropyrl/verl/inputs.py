@@ -57,7 +57,7 @@ def current_advantage_inputs() -> AdvantageInputs | None:
 
 
 @contextmanager
-def per_sample_clip_high(clip_ratio_high: torch.Tensor | None) -> Iterator[None]:
+def clip_high_for_loss(clip_ratio_high: torch.Tensor | None) -> Iterator[None]:
     """Make a per-sample epsilon_high ([B]) visible to the registered policy loss inside the block."""
     token = _CLIP_RATIO_HIGH.set(clip_ratio_high)
     try:

@@ -2,8 +2,8 @@
 
 `per_sample_clip` (select with `actor_rollout_ref.actor.policy_loss.loss_mode=per_sample_clip`)
 is exactly verl's `vanilla` unless a per-sample epsilon_high is visible through
-`entropyrl.verl.inputs.per_sample_clip_high`; then the per-token surrogate comes from
-`entropyrl.losses.ppo_clip_token_loss` with that [B] tensor and verl's own `agg_loss` aggregates
+`entropyrl.verl.inputs.clip_high_for_loss`; then the per-token surrogate comes from
+`entropyrl.losses.ppo_clip_loss` (unaggregated) with that [B] tensor and verl's own `agg_loss` aggregates
 it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
 on the actor workers with `set_loss_fn`) reads the `clip_ratio_high` field of each micro-batch,
 opens the context and delegates to verl's own `ppo_loss`: KL, entropy bonus and metrics stay
@@ -22,11 +22,12 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from entropyrl.losses import ppo_clip_token_loss
+from entropyrl.losses import ppo_clip_loss
 from entropyrl.specs import PpoClipSpec
 from entropyrl.verl import trace
-from entropyrl.verl.inputs import current_clip_high, per_sample_clip_high
+from entropyrl.verl.inputs import clip_high_for_loss, current_clip_high
 from entropyrl.verl.rank_metrics import global_batch_metrics
+from entropyrl.verl.tensors import padded
 
 LOSS_NAME = "per_sample_clip"
 CLIP_FIELD = "clip_ratio_high"
@@ -63,14 +64,10 @@ def compute_policy_loss_per_sample_clip(
             config=config,
             rollout_is_weights=rollout_is_weights,
         )
-    batch_size = log_prob.shape[0]
+    # One bound per row; `ppo_clip_loss` refuses a count that is not the micro-batch's.
     clip_high = clip_high.to(device=log_prob.device, dtype=torch.float32).reshape(-1)
-    if clip_high.shape[0] != batch_size:
-        raise ValueError(
-            f"{CLIP_FIELD} has {clip_high.shape[0]} rows but the micro-batch has {batch_size}"
-        )
     clip_ratio = _float(config, "clip_ratio", PpoClipSpec.clip_low)
-    token_loss, core_metrics = ppo_clip_token_loss(
+    token_loss, core_metrics, _ = ppo_clip_loss(
         log_prob,
         old_log_prob,
         advantages,
@@ -78,6 +75,7 @@ def compute_policy_loss_per_sample_clip(
         clip_low=_float(config, "clip_ratio_low", clip_ratio),
         clip_high=clip_high,
         clip_c=_float(config, "clip_ratio_c", PpoClipSpec.clip_c),
+        agg=None,  # verl's own agg_loss below
     )
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights  # as verl's vanilla loss applies them
@@ -102,9 +100,7 @@ def clip_high_field(data: Any, field: str = CLIP_FIELD) -> torch.Tensor | None:
     """The per-sample epsilon_high [B] carried by a verl micro-batch TensorDict, or None."""
     if field not in data:
         return None
-    value = data[field]
-    if getattr(value, "is_nested", False):
-        value = value.to_padded_tensor(0.0)
+    value = padded(data[field])
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"batch field {field!r} must be a tensor, got {type(value).__name__}")
     # A per-token copy ([B, T]) carries the same value on every token: keep the first.
@@ -152,7 +148,7 @@ class PerSampleClipPPOLoss:
             )
         if trace.trace_dir() is not None:
             self._trace(data, clip_high)
-        with per_sample_clip_high(clip_high):
+        with clip_high_for_loss(clip_high):
             loss, metrics = ppo_loss(config, model_output, data, dp_group)
         # Clip fractions as shares of the whole mini-batch, not means of the ranks' means.
         return loss, global_batch_metrics(metrics, data)
@@ -162,7 +158,3 @@ class PerSampleClipPPOLoss:
         rows = trace.worker_rows(data, clip_high)
         rank = rows[0]["rank"] if rows else 0
         trace.write(f"worker-{rank}-{os.getpid()}", rows)
-
-
-def _dense(value: Any) -> torch.Tensor:
-    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value

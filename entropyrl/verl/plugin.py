@@ -21,13 +21,14 @@ import sys
 from entropyrl.verl.cpu import platform as cpu_platform
 
 # isort: split
+from entropyrl.estimator_names import VERL_ESTIMATORS as ESTIMATORS
 from entropyrl.verl import validation
 from entropyrl.verl.cpu import backend as cpu_backend
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still
-# half-imported, so nothing below may read its attributes.
-ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
+# half-imported, so nothing below may read its attributes (`entropyrl.estimator_names` imports
+# nothing, so it is never half-imported).
 POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
 TRAINERS: tuple[str, ...] = ("entropyrl",)
 ROLLOUTS: tuple[str, ...] = ("hf",)

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from verl.utils.metric import AggregationType, Metric
 
+from entropyrl.verl.tensors import padded
+
 # Means over the micro-batch's response tokens (verl's vanilla loss and ours).
 TOKEN_MEAN_METRICS = (
     "actor/pg_clipfrac",
@@ -40,10 +42,6 @@ def _scalar(data: Any, name: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _dense(value: Any) -> torch.Tensor:
-    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
-
-
 def global_batch_metrics(metrics: dict[str, Any], data: Any) -> dict[str, Any]:
     """`metrics` of one micro-batch with the local means turned into shares of the mini-batch.
 
@@ -58,7 +56,7 @@ def global_batch_metrics(metrics: dict[str, Any], data: Any) -> dict[str, Any]:
     num_rows = _scalar(data, "global_batch_size")
     if not num_tokens or "response_mask" not in data:
         return metrics
-    mask = _dense(data["response_mask"]).bool()
+    mask = padded(data["response_mask"]).bool()
     token_share = float(mask.sum()) * dp_size / num_tokens
     row_share = float(mask.any(dim=-1).sum()) * dp_size / num_rows if num_rows else None
     for names, share in ((TOKEN_MEAN_METRICS, token_share), (ROW_MEAN_METRICS, row_share)):

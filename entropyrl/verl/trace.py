@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from entropyrl.files import json_dumps
+from entropyrl.verl.tensors import padded
+
 TRACE_ENV = "ENTROPYRL_TRACE_DIR"
 
 
@@ -98,7 +101,7 @@ def write(name: str, rows: Iterable[dict[str, Any]]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / f"{name}.jsonl", "a") as handle:
         for row in rows:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json_dumps(row) + "\n")
 
 
 def sample_rows(
@@ -142,11 +145,6 @@ def sample_rows(
     ]
 
 
-def dense(value: Any) -> torch.Tensor | None:
-    """A padded tensor from a (possibly nested) TensorDict field; None stays None."""
-    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
-
-
 def _field(data: Any, name: str) -> Any:
     return data.get(name, None)
 
@@ -163,10 +161,10 @@ def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any
     """
     global _loss_calls
     _loss_calls += 1
-    mask = dense(data["response_mask"])
-    responses = dense(_field(data, "responses"))
+    mask = padded(data["response_mask"])
+    responses = padded(_field(data, "responses"))
     if responses is None:  # no response ids in the micro-batch: the tail of input_ids
-        responses = dense(data["input_ids"])[:, -mask.shape[-1] :]
+        responses = padded(data["input_ids"])[:, -mask.shape[-1] :]
     size = mask.shape[0]
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     step = row_values(_field(data, "global_steps"), size)[0]
@@ -178,7 +176,7 @@ def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any
         responses=responses,
         response_mask=mask,
         clip_high=clip_high,
-        advantages=dense(data["advantages"]),
+        advantages=padded(data["advantages"]),
         prompt_ids=row_values(_field(data, "index"), size),
         rank=rank,
         call=_loss_calls,
@@ -187,7 +185,7 @@ def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any
         **shared,
         fields=sorted(str(key) for key in data.keys()),  # noqa: SIM118 (TensorDict iterates rows)
     )
-    old_log_probs = token_values(dense(_field(data, "old_log_probs")), mask)
+    old_log_probs = token_values(padded(_field(data, "old_log_probs")), mask)
     for row, values in zip(rows, old_log_probs):
         row["old_log_probs"] = values
     return rows

@@ -37,9 +37,9 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.entropy import think_tag_ids
+from entropyrl.estimator_names import VERL_ESTIMATORS
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import checkpoints, trace
-from entropyrl.verl.estimators import ESTIMATORS
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
     chair_from_extra_fields,
@@ -48,6 +48,7 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.tensors import padded
 
 TRAINER_MODE = "entropyrl"
 # Where to write the fully resolved config this run trains with (a reproducibility record).
@@ -62,15 +63,6 @@ def _available(batch: Any, names: tuple[str, ...]) -> list[str]:
     pass, such as the dataset's `index` and the reward's `extra_fields`)."""
     fields = getattr(batch, "fields", None)
     return list(names) if fields is None else [name for name in names if name in fields]
-
-
-def _padded(data: TensorDict, name: str) -> torch.Tensor | None:
-    if name not in data:
-        return None
-    value = data[name]
-    if getattr(value, "is_nested", False):
-        value = value.to_padded_tensor(0)
-    return value
 
 
 def step_field_names(config: Any, use_reference_policy: bool) -> list[str]:
@@ -97,7 +89,7 @@ def fetch_step_fields(
     """Padded [B, T] tensors of `names` (None for the others of `_TENSOR_FIELDS`) and the
     per-sample extra fields (the reward's extra info), fetched by key."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
-    tensors = {name: _padded(data, name) for name in _TENSOR_FIELDS}
+    tensors = {name: padded(data.get(name, None)) for name in _TENSOR_FIELDS}
     extra = None
     if _available(batch, ("extra_fields",)):
         got = tq.kv_batch_get(
@@ -218,7 +210,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         algorithm = self.config.algorithm
-        wants_entropy = algorithm.adv_estimator in ESTIMATORS
+        wants_entropy = algorithm.adv_estimator in VERL_ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable
         tracing = trace.trace_dir() is not None
         if not wants_entropy and not wants_clip and not tracing:
@@ -272,10 +264,10 @@ class EntropyPPOTrainer(PPOTrainerSync):
         names = ["advantages", "uid", "rm_scores", *_available(batch, ("index",))]
         got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
         index = got.get("index", None)
-        scores = _padded(got, "rm_scores")
+        scores = padded(got.get("rm_scores", None))
         rows = trace.driver_rows(
             tensors=tensors,
-            advantages=_padded(got, "advantages"),
+            advantages=padded(got.get("advantages", None)),
             prompt_ids=None if index is None else trace.row_values(index, len(batch)),
             clip_high=clip_high,
             chair_i=chair_i,

@@ -1,4 +1,4 @@
-"""`ppo_clip_masks` marks exactly the tokens the clipped surrogate counts as clipped."""
+"""The loss's `ClipMasks` mark exactly the tokens the clipped surrogate counts as clipped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from entropyrl.losses import ppo_clip_masks, ppo_clip_token_loss
+from entropyrl.losses import ppo_clip_loss
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -38,7 +38,7 @@ def test_hand_computed_masks():
     old = torch.zeros_like(ratios)
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0], [-1.0, -1.0, 1.0, 1.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
-    high, low = ppo_clip_masks(
+    _, _, (high, low) = ppo_clip_loss(
         ratios.log(), old, adv, mask, clip_low=0.2, clip_high=torch.tensor([0.3, 0.6])
     )
     # sample 0: token 0 (A > 0, 1.5 > 1.3) clipped high; token 3 (A < 0, 0.9 > 0.8) not;
@@ -59,30 +59,32 @@ def test_masks_equal_a_plain_loop_and_the_loss_fractions(seed, per_sample, token
     adv = torch.randn(*shape, generator=g, dtype=torch.float64)
     mask = (torch.rand(bsz, length, generator=g) < 0.8).long()
     clip_high = torch.rand(bsz, generator=g, dtype=torch.float64) if per_sample else 0.28
-    high, low = ppo_clip_masks(log_prob, old, adv, mask, clip_low=0.2, clip_high=clip_high)
+    _, metrics, (high, low) = ppo_clip_loss(
+        log_prob, old, adv, mask, clip_low=0.2, clip_high=clip_high
+    )
     want_high, want_low = _plain_masks(log_prob, old, adv, mask, 0.2, clip_high)
     assert torch.equal(high, want_high) and torch.equal(low, want_low)
-    _, metrics = ppo_clip_token_loss(log_prob, old, adv, mask, clip_low=0.2, clip_high=clip_high)
     tokens = max(int(mask.sum()), 1)
     assert metrics["clip/frac_high"] == pytest.approx(int(high.sum()) / tokens, abs=1e-12)
     assert metrics["clip/frac_low"] == pytest.approx(int(low.sum()) / tokens, abs=1e-12)
 
 
 def test_float32_bound_at_the_edge_agrees_with_the_loss():
-    # A ratio rounded to exactly 1 + eps_high in float32 is not clipped, by either function.
+    # A ratio rounded to exactly 1 + eps_high in float32 is not clipped, for a float bound and a
+    # tensor bound alike; the masks are the tokens the metrics count.
     log_prob = torch.tensor([[math.log(1.3), math.log(1.3000001)]], dtype=torch.float32)
     old = torch.zeros_like(log_prob)
     adv = torch.ones(1)
     mask = torch.ones(1, 2)
     for bound in (0.3, torch.tensor([0.3])):
-        high, _ = ppo_clip_masks(log_prob, old, adv, mask, clip_high=bound)
-        _, metrics = ppo_clip_token_loss(log_prob, old, adv, mask, clip_high=bound)
-        assert metrics["clip/frac_high"] == int(high.sum()) / 2
+        _, metrics, clipped = ppo_clip_loss(log_prob, old, adv, mask, clip_high=bound)
+        assert clipped.high.tolist() == [[False, True]]
+        assert metrics["clip/frac_high"] == int(clipped.high.sum()) / 2
 
 
 def test_bad_shapes_are_refused():
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="advantages"):
-        ppo_clip_masks(x, x, torch.zeros(3), torch.ones(2, 3))
+        ppo_clip_loss(x, x, torch.zeros(3), torch.ones(2, 3))
     with pytest.raises(ValueError, match="clip_high"):
-        ppo_clip_masks(x, x, torch.zeros(2), torch.ones(2, 3), clip_high=torch.zeros(3))
+        ppo_clip_loss(x, x, torch.zeros(2), torch.ones(2, 3), clip_high=torch.zeros(3))

@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.clip_schedules import CLIP_RULES, DIRECTIONS, clip_high_from_hallucination
+from entropyrl.clip_schedules import CLIP_RULES, DIRECTIONS, clip_high_bounds
+from entropyrl.specs import ClipScheduleSpec, SpecError
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 
@@ -45,9 +46,8 @@ def ref(x, rule, low, high, threshold, direction, neutral, saturation, temperatu
 )
 def test_matches_reference(values, rule, direction, low, high, neutral):
     x = torch.tensor(values, dtype=torch.float32)
-    got = clip_high_from_hallucination(
-        x, rule=rule, low=low, high=high, direction=direction, neutral=neutral
-    )
+    spec = ClipScheduleSpec(rule=rule, low=low, high=high, direction=direction, neutral=neutral)
+    got = clip_high_bounds(x, spec)
     assert got.dtype == torch.float32 and got.shape == x.shape
     n = low if neutral is None else neutral
     for v, g in zip(x.tolist(), got.tolist()):
@@ -60,39 +60,62 @@ def test_matches_reference(values, rule, direction, low, high, neutral):
 
 def test_entropyrl_step_rule_and_direction():
     chair = torch.tensor([0.0, 5e-5, 1e-4, 0.2, float("nan")])
-    got = clip_high_from_hallucination(chair)
+    got = clip_high_bounds(chair, ClipScheduleSpec())
     torch.testing.assert_close(got, torch.tensor([0.3, 0.3, 0.5, 0.5, 0.3]))
-    flipped = clip_high_from_hallucination(chair, direction="hallucinated_low", neutral=0.4)
+    flipped = clip_high_bounds(chair, ClipScheduleSpec(direction="hallucinated_low", neutral=0.4))
     torch.testing.assert_close(flipped, torch.tensor([0.5, 0.5, 0.3, 0.3, 0.4]))
 
 
 def test_linear_and_sigmoid_are_monotone_in_the_score():
     x = torch.linspace(0, 1.2, 50)
     for rule in ("linear", "sigmoid"):
-        up = clip_high_from_hallucination(x, rule=rule)
-        down = clip_high_from_hallucination(x, rule=rule, direction="hallucinated_low")
+        up = clip_high_bounds(x, ClipScheduleSpec(rule=rule))
+        down = clip_high_bounds(x, ClipScheduleSpec(rule=rule, direction="hallucinated_low"))
         assert (up.diff() >= 0).all() and (down.diff() <= 0).all()
-    lin = clip_high_from_hallucination(
-        torch.tensor([0.0, 0.1, 0.3, 0.5, 2.0]), rule="linear", threshold=0.1, saturation=0.5
+    lin = clip_high_bounds(
+        torch.tensor([0.0, 0.1, 0.3, 0.5, 2.0]),
+        ClipScheduleSpec(rule="linear", threshold=0.1, saturation=0.5),
     )
     torch.testing.assert_close(lin, torch.tensor([0.3, 0.3, 0.4, 0.5, 0.5]))
-    sig = clip_high_from_hallucination(torch.tensor([0.2]), rule="sigmoid", threshold=0.2)
+    sig = clip_high_bounds(torch.tensor([0.2]), ClipScheduleSpec(rule="sigmoid", threshold=0.2))
     torch.testing.assert_close(sig, torch.tensor([0.4]))
 
 
-def test_validation_names_fields_and_valid_values():
-    x = torch.zeros(3)
-    with pytest.raises(ValueError, match="step"):
-        clip_high_from_hallucination(x, rule="cosine")
-    with pytest.raises(ValueError, match="hallucinated_high"):
-        clip_high_from_hallucination(x, direction="up")
-    with pytest.raises(ValueError, match="low"):
-        clip_high_from_hallucination(x, low=-0.1)
-    with pytest.raises(ValueError, match="high"):
-        clip_high_from_hallucination(x, high=float("nan"))
+def test_missing_scores_get_the_neutral_bound():
+    spec = ClipScheduleSpec(low=0.1, high=0.9, neutral=0.4)
+    torch.testing.assert_close(clip_high_bounds(None, spec, batch_size=3), torch.full((3,), 0.4))
+    torch.testing.assert_close(
+        clip_high_bounds(torch.tensor([float("nan"), 0.5]), spec, batch_size=2),
+        torch.tensor([0.4, 0.9]),
+    )
+    assert clip_high_bounds(None, ClipScheduleSpec(), batch_size=2).tolist() == pytest.approx(
+        [0.3, 0.3]
+    )
+
+
+def test_spec_checks_the_settings_once_and_the_function_checks_the_scores():
+    # The settings are the spec's to refuse, at construction, naming the field.
+    with pytest.raises(SpecError, match="step"):
+        ClipScheduleSpec(rule="cosine")
+    with pytest.raises(SpecError, match="hallucinated_high"):
+        ClipScheduleSpec(direction="up")
+    with pytest.raises(SpecError, match="low"):
+        ClipScheduleSpec(low=-0.1)
+    with pytest.raises(SpecError, match="high"):
+        ClipScheduleSpec(high=float("nan"))
+    with pytest.raises(SpecError, match="neutral"):
+        ClipScheduleSpec(neutral=-1.0)
+    with pytest.raises(SpecError, match="saturation"):
+        ClipScheduleSpec(rule="linear", saturation=1e-5)
+    with pytest.raises(SpecError, match="temperature"):
+        ClipScheduleSpec(rule="sigmoid", temperature=0.0)
+    # The scores are the function's.
+    spec = ClipScheduleSpec()
     with pytest.raises(ValueError, match="chair_i"):
-        clip_high_from_hallucination(torch.tensor([-0.5]))
-    with pytest.raises(ValueError, match="saturation"):
-        clip_high_from_hallucination(x, rule="linear", saturation=1e-5)
-    with pytest.raises(ValueError, match="temperature"):
-        clip_high_from_hallucination(x, rule="sigmoid", temperature=0.0)
+        clip_high_bounds(torch.tensor([-0.5]), spec)
+    with pytest.raises(ValueError, match="1-D"):
+        clip_high_bounds(torch.zeros(2, 2), spec)
+    with pytest.raises(ValueError, match="rows"):
+        clip_high_bounds(torch.zeros(3), spec, batch_size=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        clip_high_bounds(None, spec)

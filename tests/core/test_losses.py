@@ -72,7 +72,7 @@ def test_loss_matches_token_loop(seed, bsz, seq, per_token, per_sample, agg, cli
         if per_sample
         else 0.28
     )
-    loss, metrics = ppo_clip_loss(
+    loss, metrics, _ = ppo_clip_loss(
         new, old, adv, mask, clip_low=0.2, clip_high=clip_high, clip_c=clip_c, agg=agg
     )
     want = ref_loss(new, old, adv, mask, 0.2, clip_high, clip_c, agg)
@@ -103,13 +103,13 @@ def test_clip_fractions_by_hand():
     old = torch.zeros(4, 1, dtype=torch.float64)
     adv = torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64)
     mask = torch.ones(4, 1)
-    loss, m = ppo_clip_loss(log_ratio, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0)
+    loss, m, _ = ppo_clip_loss(log_ratio, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0)
     assert m["clip/frac_high"] == 0.25 and m["clip/frac_low"] == 0.25
     assert m["clip/frac_dual"] == 0.25
     # Per-token losses: -1.28, 0.8, 3 (dual clip), -1.1.
     assert float(loss) == pytest.approx((-1.28 + 0.8 + 3.0 - 1.1) / 4)
     # A per-sample bound of 0.6 lets the first sample's ratio 1.5 through unclipped.
-    loss, m = ppo_clip_loss(
+    loss, m, _ = ppo_clip_loss(
         log_ratio, old, adv, mask, clip_high=torch.tensor([0.6, 0.28, 0.28, 0.28])
     )
     assert m["clip/frac_high"] == 0.0
@@ -122,9 +122,9 @@ def test_all_equal_per_sample_bound_equals_scalar(seed, agg, high):
     new, old, adv, mask = make_batch(seed, bsz=5, seq=7, spread=0.8)
     a = new.clone().requires_grad_(True)
     b = new.clone().requires_grad_(True)
-    loss_s, m_s = ppo_clip_loss(a, old, adv, mask, clip_high=high, agg=agg)
+    loss_s, m_s, _ = ppo_clip_loss(a, old, adv, mask, clip_high=high, agg=agg)
     per_sample = torch.full((5,), high, dtype=torch.float64)
-    loss_t, m_t = ppo_clip_loss(b, old, adv, mask, clip_high=per_sample, agg=agg)
+    loss_t, m_t, _ = ppo_clip_loss(b, old, adv, mask, clip_high=per_sample, agg=agg)
     loss_s.backward()
     loss_t.backward()
     assert float(loss_s.detach()) == pytest.approx(float(loss_t.detach()), rel=1e-12, abs=1e-15)
@@ -140,7 +140,7 @@ def test_gradient_zero_exactly_where_clip_acts(seed, per_sample, agg):
     highs = torch.tensor([0.1, 0.28, 0.5, 0.9, 0.0, 2.0], dtype=torch.float64)
     clip_high = highs if per_sample else 0.28
     lp = new.clone().requires_grad_(True)
-    loss, _ = ppo_clip_loss(lp, old, adv, mask, clip_low=0.2, clip_high=clip_high, agg=agg)
+    loss, _, _ = ppo_clip_loss(lp, old, adv, mask, clip_low=0.2, clip_high=clip_high, agg=agg)
     loss.backward()
     rho = torch.exp((new - old).clamp(-20, 20))
     upper = 1 + (highs.unsqueeze(-1) if per_sample else torch.tensor(0.28, dtype=torch.float64))
@@ -158,7 +158,7 @@ def test_empty_mask_gives_connected_zero():
     new, old, adv, _ = make_batch(0)
     lp = new.clone().requires_grad_(True)
     for agg in AGG_MODES:
-        loss, metrics = ppo_clip_loss(lp, old, adv, torch.zeros_like(new), agg=agg)
+        loss, metrics, _ = ppo_clip_loss(lp, old, adv, torch.zeros_like(new), agg=agg)
         assert float(loss.detach()) == 0.0 and loss.requires_grad
         loss.backward()
         assert (lp.grad == 0).all()
@@ -173,8 +173,8 @@ def test_validation():
         ppo_clip_loss(new, old, adv, mask, agg="token-sum-norm")
     with pytest.raises(ValueError, match="clip_high"):
         ppo_clip_loss(new, old, adv, mask, clip_high=torch.tensor([0.2, 0.3]))
-    with pytest.raises(ValueError, match="clip_high"):
-        ppo_clip_loss(new, old, adv, mask, clip_high=-0.1)
+    with pytest.raises(ValueError, match="clip_low"):
+        ppo_clip_loss(new, old, adv, mask, clip_low=-0.1)
     with pytest.raises(ValueError, match="advantages"):
         ppo_clip_loss(new, old, adv[:2], mask)
     with pytest.raises(ValueError, match="old_log_prob"):
@@ -183,7 +183,7 @@ def test_validation():
 
 def test_float32_inputs_and_no_dual_clip():
     new, old, adv, mask = make_batch(5, spread=2.0)
-    loss, _ = ppo_clip_loss(new.float(), old.float(), adv.float(), mask, clip_c=None)
+    loss, _, _ = ppo_clip_loss(new.float(), old.float(), adv.float(), mask, clip_c=None)
     assert loss.dtype == torch.float32
     want = ref_loss(
         new.float().double(),
@@ -202,8 +202,8 @@ def test_all_equal_per_sample_bound_equals_scalar_float32():
     new, old, adv, mask = make_batch(7, bsz=5, seq=7, spread=0.8)
     new, old, adv = new.float(), old.float(), adv.float()
     for high in (0.28, 0.3, 0.5):
-        scalar, _ = ppo_clip_loss(new, old, adv, mask, clip_high=high)
-        tensor, _ = ppo_clip_loss(
+        scalar, _, _ = ppo_clip_loss(new, old, adv, mask, clip_high=high)
+        tensor, _, _ = ppo_clip_loss(
             new, old, adv, mask, clip_high=torch.full((5,), high, dtype=torch.float64)
         )
         assert torch.equal(scalar, tensor)
@@ -211,13 +211,13 @@ def test_all_equal_per_sample_bound_equals_scalar_float32():
 
 def test_padding_may_hold_nan():
     new, old, adv, mask = make_batch(3, per_token=True)
-    clean, m_clean = ppo_clip_loss(new, old, adv, mask)
+    clean, m_clean, _ = ppo_clip_loss(new, old, adv, mask)
     pad = ~mask.bool()
     new, adv = new.clone(), adv.clone()
     new[pad] = float("nan")
     adv[pad] = float("inf")
     lp = new.clone().requires_grad_(True)
-    dirty, m_dirty = ppo_clip_loss(lp, old, adv, mask)
+    dirty, m_dirty, _ = ppo_clip_loss(lp, old, adv, mask)
     dirty.backward()
     assert float(dirty.detach()) == float(clean) and m_dirty == m_clean
     assert torch.isfinite(lp.grad).all() and (lp.grad[pad] == 0).all()

@@ -23,11 +23,8 @@ from entropyrl.specs import (
 )
 
 # (core function, its keyword, spec class, spec field): the function's default is the spec's.
+# (The clip schedule's function takes the spec itself: `clip_schedules.clip_high_bounds`.)
 SIGNATURE_DEFAULTS = [
-    (clip_schedules.clip_high_from_hallucination, name, ClipScheduleSpec, name)
-    for name in ("rule", "low", "high", "threshold", "direction", "neutral", "saturation")
-] + [
-    (clip_schedules.clip_high_from_hallucination, "temperature", ClipScheduleSpec, "temperature"),
     (advantages.egpo_bonus_advantage, "lam", EgpoBonusSpec, "lam"),
     (advantages.egpo_bonus_advantage, "alpha", EgpoBonusSpec, "alpha"),
     (advantages.egpo_ratio_advantage, "lambda_min", EgpoRatioSpec, "lambda_min"),
@@ -55,7 +52,6 @@ def test_every_core_hyper_parameter_has_a_spec_field():
     """A new keyword with a default in a core estimator must come from a spec."""
     covered = {(fn.__name__, keyword) for fn, keyword, *_ in SIGNATURE_DEFAULTS}
     for fn in (
-        clip_schedules.clip_high_from_hallucination,
         advantages.egpo_bonus_advantage,
         advantages.egpo_ratio_advantage,
         advantages.entropy_shaped_token_advantage,
@@ -135,8 +131,24 @@ def test_schedule_bounds_use_the_spec():
     import torch
 
     spec = ClipScheduleSpec(enable=True, rule="step", low=0.1, high=0.9, threshold=0.5)
-    bounds = spec.bounds(torch.tensor([0.0, 0.6, float("nan")]))
+    bounds = clip_schedules.clip_high_bounds(torch.tensor([0.0, 0.6, float("nan")]), spec)
     assert bounds.tolist() == pytest.approx([0.1, 0.9, 0.1])
-    assert clip_schedules.per_sample_clip_high(None, spec, 0.28, 2).tolist() == pytest.approx(
+    assert clip_schedules.clip_high_bounds(None, spec, batch_size=2).tolist() == pytest.approx(
         [0.1, 0.1]
     )
+
+
+def test_specs_do_not_import_the_schedule():
+    """The spec holds data and checks; the rule's math is `clip_schedules`' (no import circle)."""
+    import ast
+    from pathlib import Path
+
+    import entropyrl.specs
+
+    modules = set()
+    for node in ast.walk(ast.parse(Path(entropyrl.specs.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            modules.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    assert not {name for name in modules if name.startswith("entropyrl")}

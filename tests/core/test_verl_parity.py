@@ -103,7 +103,7 @@ def test_vanilla_loss_and_gradient_match_verl(agg, seed):
     )
     theirs.backward()
     b = new.clone().requires_grad_(True)
-    ours, metrics = ppo_clip_loss(
+    ours, metrics, _ = ppo_clip_loss(
         b, old, adv, mask, clip_low=0.2, clip_high=clip_high, clip_c=3.0, agg=agg
     )
     ours.backward()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,8 +157,7 @@ def settings_for(adv: str, **sections):
 
 def test_advantage_routing_uses_the_core_estimators():
     from entropyrl.advantages import egpo_bonus_advantage, grpo_advantage
-    from entropyrl.clip_schedules import per_sample_clip_high
-    from entropyrl.local.rl import compute_advantages
+    from entropyrl.local.rl import compute_advantages, sample_clip_high
 
     scores = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0])
     group = torch.tensor([0, 0, 1, 1, 2, 2])
@@ -177,13 +177,12 @@ def test_advantage_routing_uses_the_core_estimators():
     assert token.shape == (6, 5)
     with pytest.raises(ValueError, match="reference policy"):
         compute_advantages(settings_for("maxent_grpo"), scores, group, entropy, mask)
-    spec = settings_for("grpo").specs.clip_schedule
-    bounds = per_sample_clip_high(torch.tensor([0.0, 0.5, float("nan")]), spec, 0.28, 3)
+    bounds = sample_clip_high(settings_for("grpo"), np.array([0.0, 0.5, float("nan")]), 3)
     assert bounds.tolist() == pytest.approx([0.3, 0.5, 0.3])
+    assert sample_clip_high(settings_for("grpo"), None, 2).tolist() == pytest.approx([0.3] * 2)
     off = settings_for("grpo", clip_schedule={"enable": False})
-    assert per_sample_clip_high(None, off.specs.clip_schedule, 0.28, 2).tolist() == pytest.approx(
-        [0.28] * 2
-    )
+    assert off.ppo.clip_high == 0.28
+    assert sample_clip_high(off, None, 2).tolist() == pytest.approx([0.28] * 2)
 
 
 def test_misspelt_section_key_is_refused_naming_it():

@@ -2,7 +2,7 @@
 
 verl path: the trainer's input builder (`hooks.build_advantage_inputs`) and verl's own
 `compute_advantage` calling our registered estimator; local path: `local.rl.compute_advantages`
-and `clip_schedules.per_sample_clip_high` as `rl_step` calls them. One spec, parsed once from a
+and `local.rl.sample_clip_high` as `rl_step` calls them. One spec, parsed once from a
 verl-style `algorithm` mapping, drives both.
 """
 
@@ -17,8 +17,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
 from entropyrl.algorithms import ESTIMATORS
-from entropyrl.clip_schedules import per_sample_clip_high
-from entropyrl.local.rl import RLSettings, compute_advantages
+from entropyrl.local.rl import RLSettings, compute_advantages, sample_clip_high
 from entropyrl.specs import PpoClipSpec, algorithm_specs
 from entropyrl.verl.hooks import build_advantage_inputs, clip_ratio_high_from_chair
 from entropyrl.verl.inputs import advantage_inputs
@@ -53,6 +52,23 @@ def batch(seed: int, groups: int = 3, per_group: int = 4, width: int = 8):
     return responses, mask, rewards, scores, group, entropy, ref, chair
 
 
+def local_settings(name, specs):
+    """The local runner's settings for estimator `name` with the algorithm sections `specs`."""
+    return RLSettings(
+        adv=name,
+        specs=specs,
+        ppo=PpoClipSpec(),
+        samples_per_prompt=4,
+        temperature=1.0,
+        max_new_tokens=8,
+        num_minibatches=2,
+        ppo_epochs=1,
+        kl_coef=0.0,
+        max_grad_norm=1.0,
+        think_ids=THINK,
+    )
+
+
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_same_advantages(name, seed):
@@ -76,19 +92,7 @@ def test_same_advantages(name, seed):
     with advantage_inputs(inputs):
         verl_adv = compute_advantage(data, adv_estimator=name, config=algorithm).batch["advantages"]
 
-    settings = RLSettings(
-        adv=name,
-        specs=specs,
-        ppo=PpoClipSpec(),
-        samples_per_prompt=4,
-        temperature=1.0,
-        max_new_tokens=8,
-        num_minibatches=2,
-        ppo_epochs=1,
-        kl_coef=0.0,
-        max_grad_norm=1.0,
-        think_ids=THINK,
-    )
+    settings = local_settings(name, specs)
     local = compute_advantages(
         settings,
         scores,
@@ -105,8 +109,9 @@ def test_same_advantages(name, seed):
 
 def test_same_clip_bounds():
     *_, chair = batch(3)
-    spec = algorithm_specs(ALGORITHM).clip_schedule
-    verl_bounds, _ = clip_ratio_high_from_chair(chair, spec)
-    local_bounds = per_sample_clip_high(chair, spec, PpoClipSpec().clip_high, len(chair))
+    specs = algorithm_specs(ALGORITHM)
+    verl_bounds, _ = clip_ratio_high_from_chair(chair, specs.clip_schedule)
+    settings = local_settings("grpo", specs)
+    local_bounds = sample_clip_high(settings, chair.numpy(), len(chair))
     torch.testing.assert_close(verl_bounds, local_bounds, atol=0, rtol=0)
     assert verl_bounds[3] == pytest.approx(0.25)  # no CHAIR score: the neutral (low) bound

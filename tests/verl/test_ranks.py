@@ -45,9 +45,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from entropyrl.clip_schedules import clip_high_from_hallucination
+from entropyrl.clip_schedules import clip_high_bounds
 from entropyrl.commands import smoke
 from entropyrl.commands.smoke_check import read_metrics
+from entropyrl.specs import ClipScheduleSpec
 from entropyrl.verl import trace
 from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 
@@ -282,7 +283,9 @@ def test_bounds_follow_their_samples_through_balance_batch(run, request):
     out = request.getfixturevalue(run)
     driver = driver_rows(out)
     steps = metrics(out)
-    schedule = OmegaConf.load(out / "config.yaml").algorithm.clip_schedule
+    schedule = ClipScheduleSpec.from_mapping(
+        OmegaConf.load(out / "config.yaml").algorithm.clip_schedule
+    )
     order = defaultdict(list)  # the driver's (balanced) batch order, per step
     for row in trace.read(out / "trace", "driver"):
         order[row["step"]].append(row)
@@ -317,14 +320,7 @@ def test_bounds_follow_their_samples_through_balance_batch(run, request):
     chair = torch.tensor(
         [math.nan if r["chair_i"] is None else r["chair_i"] for r in driver.values()]
     )
-    bounds = clip_high_from_hallucination(
-        chair,
-        rule=schedule.rule,
-        low=schedule.low,
-        high=schedule.high,
-        threshold=schedule.threshold,
-        direction=schedule.direction,
-    )
+    bounds = clip_high_bounds(chair, schedule)
     # the driver's bound is the schedule's for the sample's own CHAIR_i
     assert [r["clip_high"] for r in driver.values()] == pytest.approx(bounds.tolist(), abs=1e-6)
     assert {round(b, 6) for b in bounds.tolist()} == {schedule.low, schedule.high}

@@ -18,7 +18,7 @@ from transfer_queue import KVBatchMeta
 
 import entropyrl.verl.plugin  # noqa: F401
 from entropyrl import advantages as core
-from entropyrl.clip_schedules import clip_high_from_hallucination
+from entropyrl.clip_schedules import clip_high_bounds
 from entropyrl.entropy import think_tag_ids
 from entropyrl.specs import ClipScheduleSpec, EntropySpec, algorithm_specs
 from entropyrl.verl import trainer as trainer_module
@@ -172,7 +172,7 @@ def test_hook_with_entropy_and_chair(monkeypatch, compose, tokenizer):
 
     clip = torch.stack([store.rows[k][CLIP_FIELD] for k in meta.keys])
     chair = torch.tensor([float("nan") if c is None else c for c in CHAIR])
-    torch.testing.assert_close(clip, clip_high_from_hallucination(chair, low=0.3, high=0.5))
+    torch.testing.assert_close(clip, clip_high_bounds(chair, ClipScheduleSpec(low=0.3, high=0.5)))
     assert clip.tolist() == pytest.approx([0.3, 0.5, 0.3, 0.5, 0.3, 0.3])
     assert metrics["chair/unavailable"] == 2
     assert metrics["egpo/segment/fallback"] == 1  # the response without tags
@@ -266,8 +266,9 @@ def test_clip_schedule_disabled_and_configured():
         OmegaConf.create({"enable": True, "direction": "hallucinated_low", "low": 0.2, "high": 0.4})
     )
     clip, metrics = clip_ratio_high_from_chair(torch.tensor([0.0, 0.5, float("nan")]), flipped)
-    expected = clip_high_from_hallucination(
-        torch.tensor([0.0, 0.5, float("nan")]), low=0.2, high=0.4, direction="hallucinated_low"
+    expected = clip_high_bounds(
+        torch.tensor([0.0, 0.5, float("nan")]),
+        ClipScheduleSpec(low=0.2, high=0.4, direction="hallucinated_low"),
     )
     torch.testing.assert_close(clip, expected)
     assert metrics["chair/unavailable"] == 1

@@ -1,0 +1,14 @@
+"""The names of the advantage estimators of `entropyrl.algorithms.ESTIMATORS`, without imports.
+
+The table itself needs torch; these names are read where that is too heavy or too early: the
+local runner's CLI (stdlib only), the smoke check, and the verl plugin, which runs while one of
+our verl modules may still be half-imported and so may read no attribute of it.
+`tests/core/test_estimator_names.py` holds them against the table and verl's registry.
+"""
+
+ESTIMATOR_NAMES: tuple[str, ...] = ("grpo", "egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
+# verl ships its own `grpo`; the plugin registers the others.
+VERL_ESTIMATORS: tuple[str, ...] = tuple(name for name in ESTIMATOR_NAMES if name != "grpo")
+# Those that read per-token entropy: without it a sample keeps its plain GRPO advantage and is
+# counted in `egpo/entropy/missing`.
+ENTROPY_ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv")
