@@ -31,6 +31,9 @@
 #   N_GPUS              GPUs per node (default: those nvidia-smi lists, cut to CUDA_VISIBLE_DEVICES)
 #   CHECKPOINTS_SHARED=1  on several nodes: trainer.default_local_dir is shared though its file
 #                       system looks local (the check wants NFS, Lustre, ... or this)
+#   LORA_RANK           LoRA of this rank instead of full fine-tuning (default 0: off); the vision
+#                       tower keeps its weights; LORA_ALPHA (default 2 x rank), LORA_LR (default
+#                       1e-5); works with --smoke too (docs/lora.md)
 #   SMOKE_MODEL         --smoke's tiny policy: qwen2_5_vl (the recipe's, default) or qwen3_vl
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
@@ -61,6 +64,8 @@ overrides=(
   "reward.custom_reward_function.reward_kwargs.cider_df=$DATA_DIR/cider_df.json.gz"
 )
 mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
+er_lora_overrides vision
+overrides+=("${ER_LORA_OVERRIDES[@]}")
 er_preflight chair_mscoco "${overrides[@]}" "${ER_ARGS[@]}"
 if er_smoke; then
   er_smoke_build

@@ -333,6 +333,31 @@ er_train_cmd() {
   er_report_resources "${ER_CMD[@]}"
 }
 
+# LoRA instead of full fine-tuning when LORA_RANK > 0, through verl's own keys: adapters of rank
+# LORA_RANK and scale LORA_ALPHA / LORA_RANK (alpha default 2 x rank) on every linear layer of
+# the language model (a VLM's vision tower excluded, as in verl's VLM LoRA example: vLLM applies
+# no LoRA there), and the learning rate LORA_LR (default 1e-5: 10x the recipes' full
+# fine-tuning rate, see docs/lora.md). The caller's overrides come later and win.
+# Sets ER_LORA_OVERRIDES. er_lora_overrides vision|text
+er_lora_overrides() {
+  local rank="${LORA_RANK:-0}" alpha
+  ER_LORA_OVERRIDES=()
+  case "$rank" in
+    '' | *[!0-9]*) er_fail "LORA_RANK must be a whole number (0: full fine-tuning), got '$rank'" ;;
+  esac
+  [ "$rank" -gt 0 ] || return 0
+  alpha="${LORA_ALPHA:-$((2 * rank))}"
+  ER_LORA_OVERRIDES=(
+    "actor_rollout_ref.model.lora_rank=$rank"
+    "actor_rollout_ref.model.lora_alpha=$alpha"
+    "actor_rollout_ref.model.target_modules=all-linear"
+    "actor_rollout_ref.actor.optim.lr=${LORA_LR:-1e-5}"
+  )
+  if [ "$1" = vision ]; then
+    ER_LORA_OVERRIDES+=("actor_rollout_ref.model.exclude_modules='.*visual.*'")
+  fi
+}
+
 # Function-calling training (EGPO or GRPO): er_fc_main CONFIG "$@".
 # Both runs read the same DATA_DIR and differ only in the config's estimator.
 er_fc_main() {
@@ -351,7 +376,8 @@ er_fc_main() {
     "actor_rollout_ref.model.path=$MODEL_PATH"
   )
   mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
-  overrides+=("${ER_ARGS[@]}")
+  er_lora_overrides text
+  overrides+=("${ER_LORA_OVERRIDES[@]}" "${ER_ARGS[@]}")
   er_preflight "$config" "${overrides[@]}"
   if er_smoke; then
     er_smoke_build

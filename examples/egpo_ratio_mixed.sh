@@ -15,6 +15,8 @@
 #   DATA_DIR            verl parquet with extra_info.ability per row (default data/mixed_debug,
 #                       written by `entropyrl prepare mixed-debug --out data/mixed_debug`)
 #   N_GPUS              GPUs per node (default: all that nvidia-smi lists)
+#   LORA_RANK           LoRA of this rank instead of full fine-tuning (default 0: off);
+#                       LORA_ALPHA (default 2 x rank), LORA_LR (default 1e-5); docs/lora.md
 #   PYTHON, DRY_RUN=1   interpreter; print the command instead of running it
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -33,7 +35,8 @@ overrides=(
   "actor_rollout_ref.model.path=$MODEL_PATH"
 )
 mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
-overrides+=("${ER_ARGS[@]}")
+er_lora_overrides text
+overrides+=("${ER_LORA_OVERRIDES[@]}" "${ER_ARGS[@]}")
 er_preflight egpo_ratio_mixed "${overrides[@]}"
 if er_smoke; then
   er_smoke_build

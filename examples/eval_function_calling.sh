@@ -73,6 +73,11 @@ for run in $RUNS; do
   fi
   model="$OUT_DIR/$run/hf"
   er_run "$ER_PYTHON" -m verl.model_merger merge --backend fsdp --local_dir "$step/actor" --target_dir "$model"
+  if [ -f "$step/actor/lora_train_meta.json" ]; then
+    # a LoRA run: the merger wrote the base and $model/lora_adapter; evaluate base + adapter
+    er_run "$ER_PYTHON" -m entropyrl.commands.merge_lora "$model" --out "$model/merged"
+    model="$model/merged"
+  fi
   generations=()
   for entry in "${eval_sets[@]}"; do
     name="${entry%%=*}"

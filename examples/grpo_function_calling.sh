@@ -9,6 +9,8 @@
 #   MODEL_PATH          policy (default Qwen/Qwen3-4B: a local folder or a cached hub id)
 #   DATA_DIR            output of `entropyrl prepare fc` (default data/fc): train/test.parquet
 #   N_GPUS              GPUs per node (default: all that nvidia-smi lists)
+#   LORA_RANK           LoRA of this rank instead of full fine-tuning (default 0: off);
+#                       LORA_ALPHA (default 2 x rank), LORA_LR (default 1e-5); docs/lora.md
 #   PYTHON, DRY_RUN=1   interpreter; print the command instead of running it
 #
 # Checkpoints go to checkpoints/entropyrl_function_calling/grpo_function_calling; compare the

@@ -287,6 +287,68 @@ def test_update_weights_loads_the_trainers_parameters(compose, text_checkpoint):
         asyncio.run(server.update_weights(partial, 6))
 
 
+def lora_actor(checkpoint, **extra):
+    """The actor's LoRA policy as verl's FSDP engine builds it (same LoraConfig keys), with
+    non-zero adapters so that they change the outputs."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32)
+    config = LoraConfig(
+        task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8, target_modules="all-linear", bias="none"
+    )
+    actor = get_peft_model(model, config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in actor.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    return actor
+
+
+def verl_lora_sync(actor):
+    """What verl 0.9.1 hands a rollout for a LoRA policy (`get_per_tensor_param` without merge):
+    the base weights once, named by `replace_lora_wrapper`, then the adapters."""
+    from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
+
+    peft_config = actor.peft_config["default"]  # the engine hands it on as `to_dict()`
+    base = collect_lora_params(actor, layered_summon=False, base_sync_done=False)
+    base = {replace_lora_wrapper(name, peft_config): value for name, value in base.items()}
+    adapter = collect_lora_params(actor, layered_summon=False, base_sync_done=True)
+    return peft_config.to_dict(), base, adapter
+
+
+def test_update_weights_takes_verls_lora_base_then_adapters(compose, text_checkpoint):
+    server = make_server(compose, text_checkpoint)
+    actor = lora_actor(text_checkpoint)
+    peft_config, base, adapter = verl_lora_sync(actor)
+    assert any(".base_layer." in name for name in base)  # the wrapped layers' names
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    asyncio.run(server.update_weights(base, 1, peft_config, False))
+    asyncio.run(server.update_weights(adapter, 1, peft_config, True))
+    with torch.no_grad():
+        expected = actor(input_ids=ids).logits
+        torch.testing.assert_close(server.model(input_ids=ids).logits, expected)
+    # The next step: new adapters only; the outputs follow them.
+    with torch.no_grad():
+        for name, param in actor.named_parameters():
+            if "lora_A" in name:
+                param.mul_(-1.0)
+    _, _, adapter = verl_lora_sync(actor)
+    asyncio.run(server.update_weights(adapter, 2, peft_config, True))
+    with torch.no_grad():
+        torch.testing.assert_close(server.model(input_ids=ids).logits, actor(input_ids=ids).logits)
+    assert server.global_steps == 2
+    # A base sync after the adapters (a restarted rollout) loads into the wrapped policy.
+    asyncio.run(server.update_weights(base, 3, peft_config, False))
+    with torch.no_grad():
+        torch.testing.assert_close(server.model(input_ids=ids).logits, actor(input_ids=ids).logits)
+    with pytest.raises(RuntimeError, match="do not match"):
+        asyncio.run(server.update_weights({"x.lora_A.weight": torch.zeros(1)}, 4, peft_config))
+    with pytest.raises(RuntimeError, match="not sent"):
+        asyncio.run(server.update_weights(dict(list(adapter.items())[:2]), 4, peft_config))
+
+
 def test_video_prompts_are_refused(compose, text_checkpoint):
     server = make_server(compose, text_checkpoint)
     with pytest.raises(NotImplementedError, match="text and image"):

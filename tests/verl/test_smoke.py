@@ -297,6 +297,97 @@ def test_the_checkpoint_merges_into_a_model_that_loads_and_generates(caption_run
     assert generated.shape[1] > inputs["input_ids"].shape[1]
 
 
+# -- LoRA (LORA_RANK) --------------------------------------------------------------------------
+
+LORA_ENV = {"LORA_RANK": "8"}
+# What LORA_RANK=8 adds for the captioning recipe (examples/common.sh: er_lora_overrides).
+LORA_CAPTION = (
+    "actor_rollout_ref.model.lora_rank=8",
+    "actor_rollout_ref.model.lora_alpha=16",
+    "actor_rollout_ref.model.target_modules=all-linear",
+    "actor_rollout_ref.actor.optim.lr=1e-5",
+    "actor_rollout_ref.model.exclude_modules='.*visual.*'",
+)
+
+
+@pytest.fixture(scope="module")
+def lora_caption_run(repo_root, smoke_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("chair_mscoco_lora_smoke")
+    result = run_smoke(repo_root, "chair_mscoco.sh", out, smoke_cache, env=LORA_ENV)
+    assert result.returncode == 0, tail(result)
+    return out, result
+
+
+def safetensors_of(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(path))
+    return state
+
+
+def test_lora_caption_smoke_trains_only_the_adapters(lora_caption_run, tmp_path):
+    """LORA_RANK=8: the recipe with verl's LoRA (vision tower excluded) trains 2 steps through
+    the hf rollout's adapter sync (the rollout's probabilities still the actor's), bounds from
+    the schedule; the checkpoint holds the base unchanged and trained adapters on the language
+    model only; merged, it loads and captions an image."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText
+
+    from entropyrl.commands.merge_lora import merge_lora
+    from entropyrl.verl.cpu.backend import load_image_only_processor
+
+    out, result = lora_caption_run
+    assert "smoke check passed" in result.stdout
+    config = OmegaConf.load(out / "config.yaml")
+    load_smoke_config_module().assert_only_allowed_differences(config, "caption", LORA_CAPTION)
+    model = config.actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, model.exclude_modules) == (8, 16, ".*visual.*")
+    spec = config.algorithm.clip_schedule
+    rows = [row for row in read_metrics(out / "metrics.jsonl") if row["step"] >= 1]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        data = row["data"]
+        assert data["training/rollout_probs_diff_mean"] < 0.02  # adapters reached the rollout
+        low, high = sorted((spec.low, spec.high))
+        assert low - 1e-6 <= data["clip/bound_min"] <= data["clip/bound_max"] <= high + 1e-6
+        assert data["actor/lr"] == pytest.approx(1e-5)
+    target = tmp_path / "hf"
+    actor = out / "checkpoints" / "global_step_2" / "actor"
+    merge = ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(target)]
+    merger = subprocess.run(
+        [sys.executable, "-m", "verl.model_merger", *merge],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert merger.returncode == 0, merger.stderr[-2000:]
+    base_path = Path(config.actor_rollout_ref.model.path)
+    initial, saved = safetensors_of(base_path), safetensors_of(target)
+    assert saved.keys() == initial.keys()
+    for name, value in saved.items():  # the base weights did not move (bf16 in the checkpoint)
+        assert torch.equal(value, initial[name].to(value.dtype)), name
+    adapter = safetensors_of(target / "lora_adapter")
+    assert adapter and all(".language_model." in name for name in adapter)  # no vision tower
+    assert all(v.abs().max() > 0 for n, v in adapter.items() if "lora_B" in n)  # trained
+    merged = merge_lora(target)
+    trained = safetensors_of(merged)
+    moved = {name for name in trained if not torch.equal(trained[name], saved[name])}
+    assert moved and all("visual" not in name for name in moved)
+    policy = AutoModelForImageTextToText.from_pretrained(merged, dtype=torch.float32)
+    processor = load_image_only_processor(str(actor / "huggingface"))
+    prompt = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    image = next((base_path.parent / "world").rglob("*.png"))
+    inputs = processor(text=[prompt], images=[Image.open(image)], return_tensors="pt")
+    generated = policy.generate(**inputs, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] > inputs["input_ids"].shape[1]
+
+
 # -- the text recipes --------------------------------------------------------------------------
 
 
@@ -390,6 +481,20 @@ def test_the_fallbacks_in_a_real_run(repo_root, smoke_cache, tmp_path):
 
 
 # -- bad setups get one line, not a traceback -----------------------------------------------------
+
+
+def test_lora_function_calling_smoke(repo_root, smoke_cache, tmp_path):
+    """LORA_RANK=8 on the EGPO function-calling recipe: adapters on every linear layer."""
+    full_smoke()
+    out = tmp_path / "fc_lora"
+    result = run_smoke(repo_root, "egpo_function_calling.sh", out, smoke_cache, env=LORA_ENV)
+    assert result.returncode == 0, tail(result)
+    assert "smoke check passed" in result.stdout
+    config = OmegaConf.load(out / "config.yaml")
+    assert config.actor_rollout_ref.model.lora_rank == 8
+    assert config.actor_rollout_ref.model.exclude_modules is None
+    rows = [row for row in read_metrics(out / "metrics.jsonl") if row["step"] >= 1]
+    assert all(row["data"]["training/rollout_probs_diff_mean"] < 0.02 for row in rows)
 
 
 def write_executable(path: Path, text: str) -> Path:

@@ -9,6 +9,7 @@ mini-batch and rank, dynamic batch sizes exactly where the recipe has them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +35,27 @@ def allowed(key: str) -> bool:
     return any(key == name or key.startswith(name + ".") for name in smoke.ALLOWED_DIFFERENCES)
 
 
-def recipe_config(task: str) -> dict[str, Any]:
-    """The recipe's own config, resolved, for its documented 1 node x 8 GPUs."""
-    config = preflight.compose_recipe(smoke.CONFIG_NAMES[task], [])
+def recipe_config(task: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The recipe's own config, resolved, for its documented 1 node x 8 GPUs (with the user's
+    `overrides`, e.g. the LoRA switch, which a smoke and a GPU run both get)."""
+    config = preflight.compose_recipe(smoke.CONFIG_NAMES[task], list(overrides))
     assert config.trainer.nnodes == 1 and config.trainer.n_gpus_per_node == 8
     return flatten(OmegaConf.to_container(config, resolve=True))
 
 
-def differences(smoke_config: Any, task: str) -> list[str]:
+def differences(smoke_config: Any, task: str, overrides: Sequence[str] = ()) -> list[str]:
     ours = flatten(OmegaConf.to_container(smoke_config, resolve=True))
-    theirs = recipe_config(task)
+    theirs = recipe_config(task, overrides)
     absent = object()
     return sorted(
         k for k in set(ours) | set(theirs) if ours.get(k, absent) != theirs.get(k, absent)
     )
 
 
-def assert_only_allowed_differences(smoke_config: Any, task: str) -> None:
-    found = differences(smoke_config, task)
+def assert_only_allowed_differences(
+    smoke_config: Any, task: str, overrides: Sequence[str] = ()
+) -> None:
+    found = differences(smoke_config, task, overrides)
     assert [key for key in found if not allowed(key)] == []
 
 

@@ -34,6 +34,7 @@ asks, so the n requests of a prompt get the n recorded responses whichever repli
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import logging
@@ -189,6 +190,7 @@ class HFRolloutServer:
         if threads > 0:
             torch.set_num_threads(threads)
         self.model = _load_policy(self.model_config.local_path, self.model_config.trust_remote_code)
+        self.adapter_config: Any = None  # the trainer's LoRA config once adapters arrive
         self.tokenizer = self.model_config.tokenizer
         self.processor = self.model_config.processor
         generation = self.model.generation_config
@@ -425,11 +427,25 @@ class HFRolloutServer:
         return extra
 
     async def update_weights(
-        self, state: dict[str, torch.Tensor], global_steps: int | None
+        self,
+        state: dict[str, torch.Tensor],
+        global_steps: int | None,
+        peft_config: Any = None,
+        base_sync_done: bool = True,
     ) -> None:
-        """Load the trainer's full parameters (names as the FSDP engine exports them)."""
+        """Load what verl's weight sync hands a rollout: the full parameters (full fine-tuning,
+        or LoRA with `model.lora.merge=true`), or with LoRA adapters (`peft_config`) first the
+        base weights (`base_sync_done=False`, LoRA-wrapped layers named `...base_layer.weight`)
+        and then, every step, the adapter weights alone."""
         async with self._lock:
-            missing, unexpected = await asyncio.to_thread(self._load_state, state)
+            if peft_config is None:
+                missing, unexpected = await asyncio.to_thread(self._load_state, state)
+            elif not base_sync_done:
+                missing, unexpected = await asyncio.to_thread(self._load_lora_base, state)
+            else:
+                missing, unexpected = await asyncio.to_thread(
+                    self._load_lora_adapter, state, peft_config
+                )
         if unexpected:
             raise RuntimeError(
                 f"hf rollout: {len(unexpected)} weights do not match the policy, e.g. {unexpected[:5]}"
@@ -450,6 +466,56 @@ class HFRolloutServer:
             for name, tensor in state.items():
                 if name in own:
                     own[name].copy_(tensor.to(own[name].dtype))
+        return missing, unexpected
+
+    def _load_lora_base(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """The base weights of a LoRA policy. Before the first adapter the policy here is the
+        plain model (drop `base_layer` from the names); after it, the names are the wrapped
+        model's own."""
+        if self.adapter_config is None:
+            return self._load_state(
+                {name.replace(".base_layer.", "."): t for name, t in state.items()}
+            )
+        base = self.model.get_base_model()
+        own = {name: t for name, t in base.state_dict().items() if ".lora_" not in name}
+        unexpected = [name for name in state if name not in own]
+        tied = {name for name in own if name.endswith("lm_head.weight")}
+        missing = [name for name in own if name not in state and name not in tied]
+        with torch.no_grad():
+            for name, tensor in state.items():
+                if name in own:
+                    own[name].copy_(tensor.to(own[name].dtype))
+        return missing, unexpected
+
+    def _load_lora_adapter(
+        self, state: dict[str, torch.Tensor], peft_config: Any
+    ) -> tuple[list[str], list[str]]:
+        """The adapter weights (names as peft's `get_peft_model_state_dict` gives them), loaded
+        into the policy wrapped by peft with the trainer's own LoRA config on first use."""
+        from peft import (
+            PeftConfig,
+            get_peft_model,
+            get_peft_model_state_dict,
+            set_peft_model_state_dict,
+        )
+
+        if self.adapter_config is None:
+            # verl's engine hands its LoraConfig as `to_dict()`; a config object works too.
+            if isinstance(peft_config, dict):
+                config = PeftConfig.from_peft_type(**peft_config)
+            else:
+                config = copy.deepcopy(peft_config)
+            config.inference_mode = True
+            self.model = get_peft_model(self.model, config)
+            self.model.eval()
+            self.adapter_config = config
+        expected = set(get_peft_model_state_dict(self.model))
+        unexpected = sorted(set(state) - expected)
+        missing = sorted(expected - set(state))
+        if not unexpected and not missing:
+            dtype = next(self.model.parameters()).dtype
+            with torch.no_grad():
+                set_peft_model_state_dict(self.model, {k: t.to(dtype) for k, t in state.items()})
         return missing, unexpected
 
     async def set_global_steps(self, global_steps: int) -> None:
@@ -569,6 +635,8 @@ class HFServerAdapter(BaseRollout):
         weights: Generator[tuple[str, torch.Tensor], None, None],
         global_steps: int | None = None,
         wire_format: str = "named_tensors",
+        peft_config: Any = None,
+        base_sync_done: bool = True,
         **_: Any,
     ) -> None:
         if wire_format != "named_tensors":
@@ -579,4 +647,6 @@ class HFServerAdapter(BaseRollout):
             if sender:
                 state[name] = tensor.detach().to("cpu", copy=True)
         if sender:
-            await self._server_handle().update_weights.remote(state, global_steps)
+            await self._server_handle().update_weights.remote(
+                state, global_steps, peft_config, base_sync_done
+            )
