@@ -7,8 +7,8 @@
 `generate` needs vLLM and a GPU (greedy decoding, the chat template of the merged model); `score`
 and `table` are plain Python. Two accuracies are reported:
 
-- strict: the binary reward of training (`compute_score`): `<think>...</think>`, then exactly the
-  expected calls in Qwen's `<tool_call>\n{...}\n</tool_call>` layout, values exact;
+- strict: the binary reward of training (`FunctionCallingScorer`): `<think>...</think>`, then
+  exactly the expected calls in Qwen's `<tool_call>\n{...}\n</tool_call>` layout, values exact;
 - BFCL: for rows converted from BFCL (`entropyrl prepare fc --format bfcl` keeps BFCL's entry), the
   verdict of BFCL's own checker on the same generation (`bfcl_verdict`: BFCL's Qwen FC decoder,
   then `ast_checker`), which lower-cases strings, ignores spaces and `,./-_*^` in them and needs
@@ -78,7 +78,7 @@ def score_rows(
     accuracy when the checker is installed (else a note says why not), "require" makes a missing
     checker an error, "off" skips it.
     """
-    from entropyrl.rewards.function_calling import bfcl_verdict, compute_score
+    from entropyrl.rewards.function_calling import FunctionCallingScorer, bfcl_verdict
 
     if bfcl not in ("auto", "require", "off"):
         raise ValueError(f"bfcl must be auto, require or off, got {bfcl!r}")
@@ -93,16 +93,20 @@ def score_rows(
     total: dict[str, int] = defaultdict(int)
     bfcl_correct: dict[str, int] = defaultdict(int)
     bfcl_total: dict[str, int] = defaultdict(int)
-    for number, (row, entry) in enumerate(zip(rows, entries), 1):
+    for number, row in enumerate(rows, 1):
         for field in ("response", "ground_truth"):
             if field not in row:
                 raise ValueError(f"generation row {number} has no field {field!r}")
-        source = str(row.get("data_source") or "all")
+    strict = FunctionCallingScorer().score_batch(
+        [row["response"] for row in rows],
+        [row["ground_truth"] for row in rows],
         # The row's tool schema, as the training reward gets it through verl's extra_info.
-        tools = {"tools": row["tools"]} if row.get("tools") else None
-        score = float(compute_score(row["response"], row["ground_truth"], tools))
+        [{"tools": row["tools"]} if row.get("tools") else None for row in rows],
+    )
+    for row, entry, scored in zip(rows, entries, strict):
+        source = str(row.get("data_source") or "all")
         total[source] += 1
-        correct[source] += int(score == 1.0)
+        correct[source] += int(scored.score == 1.0)
         if use_bfcl and entry is not None:
             verdict = bfcl_verdict(
                 row["response"], entry, entry.get("possible_answer"), entry["category"]

@@ -1,8 +1,8 @@
 """The captioning task of the local runner: synthetic COCO images, CIDEr-D + CHAIR rewards.
 
-Rewards come from `entropyrl.rewards.CaptionReward` (CIDEr-D with corpus document frequencies
-and the CHAIR service over HTTP, one call per rollout batch); held-out evaluation decodes
-greedily and scores CHAIR through the same service.
+Rewards come from `entropyrl.rewards.CaptionReward`, the scorer verl's `caption_score` runs
+(CIDEr-D with corpus document frequencies and the CHAIR service over HTTP, one call per rollout
+batch); held-out evaluation decodes greedily and scores CHAIR through the same service.
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ class CaptionTask:
         return self._prompt_cache[item]
 
     def reward(self, texts: Sequence[str], items: Sequence[int]) -> RewardOutput:
-        refs = [self.world.references[i] for i in items]
-        result = self.reward_fn(list(texts), list(items), refs)
+        # The scorer verl's caption_score runs, on the whole batch (one CHAIR call).
+        truths = [(i, self.world.references[i]) for i in items]
+        result = self.reward_fn.score_batch(list(texts), truths, [None] * len(truths))
         metrics = {
             "cider": float(result.cider.mean()),
             **{k: float(v) for k, v in result.metrics().items()},

@@ -5,7 +5,7 @@ arguments are copied from the request. The prompt is Qwen's chat format with a c
 in the system turn (the full Qwen2.5 tools header is ~200 tokens, which a 2-core CPU pays for in
 every forward); the response format is the real one: ``<think>...</think>`` then
 ``<tool_call>\\n{json}\\n</tool_call>``, scored by the strict binary reward
-(`entropyrl.rewards.function_calling.compute_score`).
+(`entropyrl.rewards.function_calling.FunctionCallingScorer`, as in verl training).
 
 The warm-up data is demonstrations with habits the strict reward rejects, as SFT data from
 another source has: in a share ``noise_rate`` of them each tool carries its own habit (integers
@@ -250,14 +250,15 @@ class FunctionCallingTask:
         return {"input_ids": ids, "attention_mask": mask}
 
     def reward(self, texts: Sequence[str], items: Sequence[Any]) -> RewardOutput:
-        from entropyrl.rewards.function_calling import score_details
+        from entropyrl.rewards.function_calling import FunctionCallingScorer
 
         queries = self._queries(items)
-        details = [score_details(t, q.ground_truth()) for t, q in zip(texts, queries)]
-        scores = np.array([d["score"] for d in details], dtype=np.float64)
+        truths = [q.ground_truth() for q in queries]
+        scored = FunctionCallingScorer().score_batch(list(texts), truths, [None] * len(truths))
+        scores = np.array([s.score for s in scored], dtype=np.float64)
         metrics = {
             "accuracy": float(scores.mean()),
-            "format_ok": float(np.mean([d["format_ok"] for d in details])),
+            "format_ok": float(np.mean([s["format_ok"] for s in scored])),
         }
         for tool in FLAWS:
             picked = [s for s, q in zip(scores, queries) if q.name == tool]

@@ -10,20 +10,43 @@ one batched call to a CHAIR scorer per reward batch (the HTTP ``ChairClient`` or
 the same ``score`` method). Where CHAIR is unavailable for a caption (service down, unknown image
 id) the reward falls back to the CIDEr-D part alone, ``chair_ok`` is False and the fraction is
 reported as ``chair/unavailable_frac``: training goes on and the failure is visible.
+
+``CaptionReward`` is the reward as a `Scorer` (`entropyrl.rewards.scorer`): ``score_batch``
+takes the rows' ground truths as ``entropyrl prepare coco`` writes them (``caption_ground_truth``)
+and returns a ``CaptionRewardResult``, the batch's arrays that is also the sequence of the
+per-caption `Score` values (``CAPTION_FIELDS``: what verl stores per sample).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from entropyrl.rewards.cider import CiderD
+from entropyrl.rewards.scorer import (
+    ExtraInfos,
+    GroundTruths,
+    Score,
+    Solutions,
+    batch_size,
+    same_length,
+)
 
-__all__ = ["CaptionReward", "CaptionRewardResult", "ChairScorerLike"]
+__all__ = [
+    "CAPTION_FIELDS",
+    "CaptionReward",
+    "CaptionRewardResult",
+    "ChairScorerLike",
+    "caption_ground_truth",
+]
+
+# A caption's Score as verl's reward dict: the score, then its details in this order.
+CAPTION_FIELDS = ("score", "cider", "chair_i", "chair_s", "recall", "chair_ok", "chair_fallback")
 
 
 @runtime_checkable
@@ -39,8 +62,13 @@ class ChairScorerLike(Protocol):
 
 
 @dataclass(frozen=True)
-class CaptionRewardResult:
+class CaptionRewardResult(Sequence[Score]):
     """Per-caption reward and its parts; every array has shape ``[B]``.
+
+    As a sequence it holds each caption's `Score`: the details ``cider``, ``chair_i``,
+    ``chair_s``, ``recall`` (floats, NaN where CHAIR is missing), ``chair_ok`` and
+    ``chair_fallback`` (bools; verl's trainer counts the fallbacks in ``chair/fallback_samples``),
+    and a reason where CHAIR did not count.
 
     ``chair_i``, ``chair_s``, ``recall`` and ``hallucinated`` (number of hallucinated mentions;
     None when CHAIR was not requested) are NaN where ``chair_ok`` is False. ``chair_fallback``
@@ -58,6 +86,31 @@ class CaptionRewardResult:
     hallucinated: np.ndarray | None = None
     chair_fallback: np.ndarray | None = None
 
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def __getitem__(self, i: int) -> Score:  # type: ignore[override]  # rows, not slices
+        fallback = bool(self.chair_fallback[i]) if self.chair_fallback is not None else False
+        ok = bool(self.chair_ok[i])
+        if ok or not self.chair_requested:
+            reason = ""
+        elif fallback:
+            reason = "CIDEr-D only: the CHAIR service gave no answer"
+        else:
+            reason = "CIDEr-D only: CHAIR could not score this caption"
+        details = {
+            "cider": float(self.cider[i]),
+            "chair_i": float(self.chair_i[i]),
+            "chair_s": float(self.chair_s[i]),
+            "recall": float(self.recall[i]),
+            "chair_ok": ok,
+            "chair_fallback": fallback,
+        }
+        return Score(float(self.scores[i]), reason, details)
+
+    def __iter__(self) -> Iterator[Score]:
+        return (self[i] for i in range(len(self)))
+
     def metrics(self) -> dict[str, float]:
         """Batch means for logging; CHAIR means only over captions CHAIR could score."""
         out = {
@@ -74,6 +127,34 @@ class CaptionRewardResult:
                 if self.hallucinated is not None and np.isfinite(self.hallucinated[ok]).all():
                     out["chair/hallucinated_mean"] = float(self.hallucinated[ok].mean())
         return out
+
+
+def caption_ground_truth(ground_truth: Any) -> tuple[int, list[str]]:
+    """(image_id, references) from a COCO row's `reward_model.ground_truth`.
+
+    Accepts the mapping written by `entropyrl prepare coco` (`image_id` and `references`, or
+    `captions`) or the same mapping as a JSON string.
+    """
+    if isinstance(ground_truth, str | bytes):
+        try:
+            ground_truth = json.loads(ground_truth)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"ground_truth is not JSON: {error}") from error
+    if not isinstance(ground_truth, Mapping):
+        raise ValueError(
+            f"ground_truth must map image_id and references, got {type(ground_truth).__name__}"
+        )
+    if "image_id" not in ground_truth:
+        raise ValueError("ground_truth has no field 'image_id'")
+    references = ground_truth.get("references", ground_truth.get("captions"))
+    if references is None:
+        raise ValueError("ground_truth has no field 'references'")
+    if isinstance(references, str):
+        references = [references]
+    references = [str(reference) for reference in list(references)]
+    if not references:
+        raise ValueError("ground_truth field 'references' is empty")
+    return int(ground_truth["image_id"]), references
 
 
 def _plain(image_id: Any) -> Any:
@@ -143,12 +224,7 @@ class CaptionReward:
         image_ids: Sequence[int],
         references: Sequence[Sequence[str]],
     ) -> CaptionRewardResult:
-        batch = len(captions)
-        if len(image_ids) != batch or len(references) != batch:
-            raise ValueError(
-                f"captions ({batch}), image_ids ({len(image_ids)}) and references "
-                f"({len(references)}) must have the same length"
-            )
+        batch = same_length(captions=captions, image_ids=image_ids, references=references)
         cider = self.cider.score_batch(captions, references)
         chair_i = np.full(batch, np.nan)
         chair_s = np.full(batch, np.nan)
@@ -201,3 +277,16 @@ class CaptionReward:
             hallucinated=hallucinated if self.chair_client is not None else None,
             chair_fallback=chair_fallback if self.chair_client is not None else None,
         )
+
+    def score_batch(
+        self, solutions: Solutions, ground_truths: GroundTruths, extra_infos: ExtraInfos
+    ) -> CaptionRewardResult:
+        """The batch's captions against their rows' ground truths (``caption_ground_truth``'s
+        forms; a parsed ``(image_id, references)`` pair too), with one CHAIR call; the extra
+        info is not read. ValueError for a malformed ground truth."""
+        batch_size(solutions, ground_truths, extra_infos)
+        rows = [
+            truth if isinstance(truth, tuple) else caption_ground_truth(truth)
+            for truth in ground_truths
+        ]
+        return self(solutions, [row[0] for row in rows], [row[1] for row in rows])

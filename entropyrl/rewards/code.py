@@ -15,6 +15,9 @@ Comparison follows prime_code in spirit: stdout matches when the lines match aft
 whitespace is stripped, or token by token with numbers equal to 1e-6; a call matches when the
 JSON of the result equals the expected value (or its only element, APPS stores outputs wrapped
 in a list).
+
+`CodeScorer` (local sandbox) and `SandboxFusionScorer` are the reward as a `Scorer`
+(`entropyrl.rewards.scorer`); `score_code` and `score_code_sandbox_fusion` score one response.
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from entropyrl.rewards.sandbox import Sandbox
+from entropyrl.rewards.scorer import ResponseScorer, Score
 
 __all__ = [
     "CODE_SCORE_MODES",
     "CodeScore",
+    "CodeScorer",
     "CodeTests",
+    "SandboxFusionScorer",
     "TestFormatError",
     "extract_code",
     "outputs_match",
@@ -82,10 +88,7 @@ def parse_tests(ground_truth: Any) -> CodeTests:
     if isinstance(data, bytes):
         data = data.decode("utf-8", "replace")
     if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as error:
-            raise TestFormatError(f"tests are not JSON ({error.msg})") from None
+        data = _loads(data, "tests are not JSON")
     if isinstance(data, Mapping) and "input_output" in data and "inputs" not in data:
         return parse_tests(data["input_output"])  # APPS rows keep the tests under this key
     if not isinstance(data, Mapping):
@@ -133,24 +136,24 @@ def _lines(value: Any, what: str) -> str:
     raise TestFormatError(f"a stdin test {what} must be a string or a list of lines")
 
 
+def _loads(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TestFormatError(f"{what} ({error.msg})") from None
+
+
 def _call_arguments(value: Any) -> list[Any]:
     if _is_list(value):
         return list(value)
     if isinstance(value, str):
-        try:
-            return [json.loads(line) for line in value.split("\n") if line.strip()]
-        except json.JSONDecodeError as error:
-            raise TestFormatError(f"call arguments are not JSON lines ({error.msg})") from None
+        lines = [line for line in value.split("\n") if line.strip()]
+        return [_loads(line, "call arguments are not JSON lines") for line in lines]
     raise TestFormatError("call arguments must be JSON lines or a list")
 
 
 def _call_expected(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as error:
-            raise TestFormatError(f"expected return value is not JSON ({error.msg})") from None
-    return value
+    return _loads(value, "expected return value is not JSON") if isinstance(value, str) else value
 
 
 def extract_code(text: str, *, require_block: bool = True) -> str | None:
@@ -330,3 +333,58 @@ def score_code_sandbox_fusion(
     if api_errors:
         score = 0.0
     return CodeScore(score, passed, total, reason, statuses)
+
+
+def _as_score(scored: CodeScore) -> Score:
+    details = {"passed": scored.passed, "total": scored.total, "statuses": scored.statuses}
+    return Score(scored.score, scored.reason, details)
+
+
+def _scored_by(function: Any, scorer: Any, solution: str, ground_truth: Any) -> Score:
+    """`function` (`score_code` or `score_code_sandbox_fusion`) on one response, with the
+    scorer's fields as its keywords, as a `Score`."""
+    options = {field.name: getattr(scorer, field.name) for field in fields(scorer)}
+    scored: CodeScore = function(solution, ground_truth, **options)
+    details = {"passed": scored.passed, "total": scored.total, "statuses": scored.statuses}
+    return Score(scored.score, scored.reason, details)
+
+
+@dataclass(frozen=True)
+class CodeScorer(ResponseScorer):
+    """The code reward as a `Scorer`, on the local sandbox: `score_code` on each response.
+
+    The ground truth is the row's tests (a format above); the extra info is not read. Each
+    `Score` has the reason of the first failure and the details ``passed``, ``total`` (tests)
+    and ``statuses`` (one per test run). `mode` and `require_code_block` as in `score_code`.
+    """
+
+    sandbox: Sandbox
+    mode: str = "all"
+    require_code_block: bool = True
+
+    def score_response(
+        self, solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+    ) -> Score:
+        return _scored_by(score_code, self, solution, ground_truth)
+
+
+@dataclass(frozen=True)
+class SandboxFusionScorer(ResponseScorer):
+    """The code reward as a `Scorer`, on a Sandbox Fusion service (`url`, its ``/run_code``):
+    `score_code_sandbox_fusion` on each response, details as `CodeScorer`'s.
+
+    `memory_limit_mb` and `timeout` (seconds) go to the service with each program;
+    `concurrent_semaphore` bounds verl's client's requests in flight (None: unbounded).
+    """
+
+    url: str
+    mode: str = "all"
+    require_code_block: bool = True
+    memory_limit_mb: int = 1024
+    timeout: int = 10
+    concurrent_semaphore: Any = None
+
+    def score_response(
+        self, solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+    ) -> Score:
+        return _scored_by(score_code_sandbox_fusion, self, solution, ground_truth)

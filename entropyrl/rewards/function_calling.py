@@ -41,6 +41,10 @@ inside dicts with Python's ``==``, and accepts a missing reasoning block); ``bfc
 the BFCL verdict of a response with BFCL's own decoder and checker (optional ``bfcl`` extra), and
 ``benchmarks/bfcl_agreement.py`` counts where the two differ.
 
+``FunctionCallingScorer`` is the reward as a `Scorer` (``entropyrl.rewards.scorer``), which verl's
+``entropyrl.verl.rewards.function_calling_score`` and the local runner call; ``compute_score``
+(the score) and ``score_details`` (score, format, reason, calls) are it on one response.
+
 Tokenizer assumption: verl decodes ``solution_str`` with special tokens skipped. In the Qwen2 /
 Qwen2-VL tokenizers the project builds (special tokens at ids 151643..151656) ``<tool_call>`` and
 ``<think>`` are not special tokens but ordinary BPE text; in Qwen2.5 / Qwen3 they are added
@@ -59,8 +63,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from entropyrl.rewards.scorer import ResponseScorer, Score, score_one
+
 __all__ = [
+    "DETAIL_KEYS",
     "MAX_JSON_DEPTH",
+    "FunctionCallingScorer",
     "FunctionSchema",
     "ParameterSchema",
     "ToolCallFormatError",
@@ -656,32 +664,44 @@ def _perfect_matching(
 
 
 # ---------------------------------------------------------------------------- reward
-def score_details(
-    solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """``{"score", "format_ok", "reason", "num_calls"}`` for debugging and metrics.
+DETAIL_KEYS = ("score", "format_ok", "reason", "num_calls")
 
+
+class FunctionCallingScorer(ResponseScorer):
+    """The strict binary reward as a `Scorer` (see the module docstring for the rules).
+
+    Each `Score` is 1.0 or 0.0 with the reason (``"ok"``, ``"format: ..."``, ...) and the details
+    ``format_ok`` (bool) and ``num_calls`` (calls parsed; 0 on a format error). A row's
     ``extra_info["tools"]`` (optional) are the functions' schemas: with them a BFCL answer is
     checked as BFCL's checker does (required parameters, declared types). Raises ValueError only
     for a malformed ground truth or tools (a data error, not the model's).
     """
-    specs = normalize_ground_truth(ground_truth)
-    schemas = _schemas_of(extra_info)
-    try:
-        calls = parse_tool_calls(solution_str)
-    except ToolCallFormatError as error:
-        return {"score": 0.0, "format_ok": False, "reason": f"format: {error}", "num_calls": 0}
-    details = {"score": 0.0, "format_ok": True, "num_calls": len(calls)}
-    if len(calls) != len(specs):
-        reason = f"expected {len(specs)} call(s), got {len(calls)}"
-    elif _perfect_matching(calls, specs, schemas) != len(specs):
-        names = sorted(call["name"] for call in calls)
-        reason = f"calls {names} do not match the ground truth"
-    else:
-        details["score"] = 1.0
-        reason = "ok"
-    details["reason"] = reason
-    return details
+
+    def score_response(
+        self, solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+    ) -> Score:
+        specs = normalize_ground_truth(ground_truth)
+        schemas = _schemas_of(extra_info)
+        try:
+            calls = parse_tool_calls(solution)
+        except ToolCallFormatError as error:
+            return Score(0.0, f"format: {error}", {"format_ok": False, "num_calls": 0})
+        details = {"format_ok": True, "num_calls": len(calls)}
+        if len(calls) != len(specs):
+            return Score(0.0, f"expected {len(specs)} call(s), got {len(calls)}", details)
+        if _perfect_matching(calls, specs, schemas) != len(specs):
+            names = sorted(call["name"] for call in calls)
+            return Score(0.0, f"calls {names} do not match the ground truth", details)
+        return Score(1.0, "ok", details)
+
+
+def score_details(
+    solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{"score", "format_ok", "reason", "num_calls"}`` of `FunctionCallingScorer`, for one
+    response (debugging and metrics)."""
+    scored = score_one(FunctionCallingScorer(), solution_str, ground_truth, extra_info)
+    return scored.as_dict(DETAIL_KEYS)
 
 
 def compute_score(
@@ -692,7 +712,7 @@ def compute_score(
     ``extra_info["tools"]``, when the row has it, makes the schema's ``required`` and declared
     types count as in BFCL's checker; without it the ground truth alone decides.
     """
-    return float(score_details(solution_str, ground_truth, extra_info)["score"])
+    return score_one(FunctionCallingScorer(), solution_str, ground_truth, extra_info).score
 
 
 # ---------------------------------------------------------------------------- BFCL's own verdict

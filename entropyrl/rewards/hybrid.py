@@ -14,23 +14,29 @@ when ``unknown_ability="zero"``.
 Every call returns the same keys (verl builds its extra-info columns from the first sample's):
 ``score`` (float in [0, 1], never NaN), ``route`` ("math" | "code" | "none"), ``backend``,
 ``reason``, ``passed`` and ``total`` (tests, or 1 for a math answer).
+
+`HybridScorer` is the reward as a `Scorer` (`entropyrl.rewards.scorer`), routing to `MathScorer`
+and `CodeScorer` / `SandboxFusionScorer`; `compute_score` is verl's adapter over it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from entropyrl.rewards.code import CODE_SCORE_MODES, score_code, score_code_sandbox_fusion
-from entropyrl.rewards.math_answer import score_math_safely
+from entropyrl.rewards.code import CODE_SCORE_MODES, CodeScorer, SandboxFusionScorer
+from entropyrl.rewards.math_answer import MathScorer
 from entropyrl.rewards.sandbox import Sandbox, SandboxLimits
+from entropyrl.rewards.scorer import GroundTruths, Score, Scorer, batch_size, score_one
 
 __all__ = [
     "ABILITY_ALIASES",
     "CODE_BACKENDS",
     "RESULT_KEYS",
+    "HybridScorer",
     "compute_score",
     "resolve_ability",
     "solution_text",
@@ -129,20 +135,134 @@ def _sandbox(
     return Sandbox(limits, isolation=isolation, max_concurrent=max_concurrent, tmp_root=tmp_root)
 
 
-def _result(
-    score: float, route: str, backend: str, reason: str, passed: int, total: int
-) -> dict[str, Any]:
+def _result(score: float, route: str, backend: str, reason: str, passed: int, total: int) -> Score:
     score = float(score)
     if not math.isfinite(score):
         score, reason = 0.0, f"non-finite score replaced by 0 ({reason})"
-    return {
-        "score": score,
-        "route": route,
-        "backend": backend,
-        "reason": reason,
-        "passed": int(passed),
-        "total": int(total),
-    }
+    details = {"route": route, "backend": backend, "passed": int(passed), "total": int(total)}
+    return Score(score, reason, details)
+
+
+@dataclass(frozen=True)
+class HybridScorer:
+    """The hybrid reward as a `Scorer`: each row's ability picks `math` or `code`, and each
+    route scores its rows of the batch in one `score_batch` call.
+
+    `code` is a factory, called only for a batch with code rows: the local sandbox probes the
+    host when it is built, and Sandbox Fusion needs its URL only when there is code to run.
+    `ability` is the route of rows whose extra info names none; `unknown_ability` "raise"
+    (ValueError) or "zero" (score 0, route "none", the reason); `tokenizer` decodes responses
+    given as token ids (see `solution_text`). Each `Score` has the details ``route``,
+    ``backend``, ``passed`` and ``total`` (`RESULT_KEYS` with ``score`` and ``reason``).
+    """
+
+    math: Scorer
+    code: Callable[[], Scorer]
+    code_backend: str = "local"
+    ability: Any = None
+    unknown_ability: str = "raise"
+    tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.unknown_ability not in ("raise", "zero"):
+            raise ValueError(
+                f"unknown_ability must be 'raise' or 'zero', got {self.unknown_ability!r}"
+            )
+
+    @classmethod
+    def from_settings(
+        cls,
+        *,
+        ability: Any = None,
+        unknown_ability: str = "raise",
+        tokenizer: Any = None,
+        math_timeout: int = 5,
+        code_backend: str = "local",
+        code_score: str = "all",
+        require_code_block: bool = True,
+        cpu_seconds: float = 4.0,
+        wall_seconds: float = 8.0,
+        memory_limit_mb: int = 1024,
+        max_output_bytes: int = 1 << 20,
+        isolation: str = "auto",
+        max_concurrent: int | None = None,
+        tmp_root: str | None = None,
+        sandbox_fusion_url: str | None = None,
+        sandbox_fusion_timeout: int = 10,
+        concurrent_semaphore: Any = None,
+        **_: Any,
+    ) -> HybridScorer:
+        """The scorer for verl's ``reward_kwargs`` (other keywords are ignored).
+
+        ability, unknown_ability, tokenizer: as the class's fields; tokenizer may be a local path.
+        math_timeout: seconds for math-verify's parsing and each comparison.
+        code_backend: "local" (a sandbox on the local host) or "sandbox_fusion" (needs
+            sandbox_fusion_url; verl's client; an unreachable service scores 0 with the reason).
+        code_score: "all" (1 only if every test passes) or "fraction" (share of tests passed).
+        cpu_seconds, wall_seconds, memory_limit_mb, max_output_bytes: limits per test run.
+        isolation: "auto" | "namespaces" | "none" for the local sandbox (see
+            entropyrl.rewards.sandbox).
+        max_concurrent: local sandbox processes at once in this process (default: CPU count).
+        """
+        if code_backend not in CODE_BACKENDS:
+            raise ValueError(f"code_backend must be one of {CODE_BACKENDS}, got {code_backend!r}")
+        if code_score not in CODE_SCORE_MODES:
+            raise ValueError(f"code_score must be one of {CODE_SCORE_MODES}, got {code_score!r}")
+
+        def code() -> Scorer:
+            if code_backend == "sandbox_fusion":
+                if not sandbox_fusion_url:
+                    raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url")
+                return SandboxFusionScorer(
+                    sandbox_fusion_url,
+                    code_score,
+                    require_code_block,
+                    memory_limit_mb=int(memory_limit_mb),
+                    timeout=int(sandbox_fusion_timeout),
+                    concurrent_semaphore=concurrent_semaphore,
+                )
+            limits = SandboxLimits(
+                cpu_seconds=float(cpu_seconds),
+                wall_seconds=float(wall_seconds),
+                memory_mb=int(memory_limit_mb),
+                max_output_bytes=int(max_output_bytes),
+            )
+            sandbox = _sandbox(limits, isolation, max_concurrent, tmp_root)
+            return CodeScorer(sandbox, code_score, require_code_block)
+
+        return cls(
+            MathScorer(int(math_timeout)), code, code_backend, ability, unknown_ability, tokenizer
+        )
+
+    def score_batch(
+        self, solutions: Sequence[Any], ground_truths: GroundTruths, extra_infos: Sequence[Any]
+    ) -> list[Score]:
+        """Scores in order; a response may also be token ids (decoded with `tokenizer`), an
+        extra info wrapped as verl may hand it over (see `resolve_ability`)."""
+        size = batch_size(solutions, ground_truths, extra_infos)
+        out: dict[int, Score] = {}
+        rows: dict[str, list[int]] = {"math": [], "code": []}
+        for i, info in enumerate(extra_infos):
+            try:
+                rows[resolve_ability(info, self.ability)].append(i)
+            except ValueError as error:
+                if self.unknown_ability == "raise":
+                    raise
+                out[i] = _result(0.0, "none", "none", str(error), 0, 0)
+        for route, picked in rows.items():
+            if not picked:
+                continue
+            texts = [solution_text(solutions[i], self.tokenizer) for i in picked]
+            truths = [_unwrap(ground_truths[i]) for i in picked]
+            scorer = self.math if route == "math" else self.code()
+            scored = scorer.score_batch(texts, truths, [extra_infos[i] for i in picked])
+            for i, one in zip(picked, scored):
+                if route == "math":
+                    out[i] = _result(one.score, route, "math-verify", one.reason, int(one.score), 1)
+                else:
+                    passed, total = one["passed"], one["total"]
+                    out[i] = _result(one.score, route, self.code_backend, one.reason, passed, total)
+        return [out[i] for i in range(size)]
 
 
 def compute_score(
@@ -150,82 +270,14 @@ def compute_score(
     solution_str: Any,
     ground_truth: Any,
     extra_info: Any = None,
-    *,
-    ability: Any = None,
-    unknown_ability: str = "raise",
-    tokenizer: Any = None,
-    math_timeout: int = 5,
-    code_backend: str = "local",
-    code_score: str = "all",
-    require_code_block: bool = True,
-    cpu_seconds: float = 4.0,
-    wall_seconds: float = 8.0,
-    memory_limit_mb: int = 1024,
-    max_output_bytes: int = 1 << 20,
-    isolation: str = "auto",
-    max_concurrent: int | None = None,
-    tmp_root: str | None = None,
-    sandbox_fusion_url: str | None = None,
-    sandbox_fusion_timeout: int = 10,
-    concurrent_semaphore: Any = None,
-    **_: Any,
+    **settings: Any,
 ) -> dict[str, Any]:
-    """Score one response by its row's ability (see the module docstring).
+    """verl's entry point: one response through `HybridScorer.from_settings(**settings)`, as
+    the dict of `RESULT_KEYS` (see the module docstring).
 
-    unknown_ability: "raise" (ValueError) or "zero" (score 0, route "none", the reason).
-    tokenizer: local path (or tokenizer object) to decode token-id responses.
-    math_timeout: seconds for math-verify's parsing and each comparison.
-    code_backend: "local" (a sandbox on the local host) or "sandbox_fusion" (needs
-        sandbox_fusion_url; verl's client; an unreachable service scores 0 with the reason).
-    code_score: "all" (1 only if every test passes) or "fraction" (share of tests passed).
-    cpu_seconds, wall_seconds, memory_limit_mb, max_output_bytes: limits per test run.
-    isolation: "auto" | "namespaces" | "none" for the local sandbox (see entropyrl.rewards.sandbox).
-    max_concurrent: local sandbox processes at once in this process (default: CPU count).
+    settings: verl's ``reward_kwargs`` (`HybridScorer.from_settings` lists them) and whatever
+    else verl passes (ignored).
     """
     del data_source  # routing is by ability; the data source only names the set
-    if unknown_ability not in ("raise", "zero"):
-        raise ValueError(f"unknown_ability must be 'raise' or 'zero', got {unknown_ability!r}")
-    if code_backend not in CODE_BACKENDS:
-        raise ValueError(f"code_backend must be one of {CODE_BACKENDS}, got {code_backend!r}")
-    if code_score not in CODE_SCORE_MODES:
-        raise ValueError(f"code_score must be one of {CODE_SCORE_MODES}, got {code_score!r}")
-    try:
-        route = resolve_ability(extra_info, ability)
-    except ValueError as error:
-        if unknown_ability == "raise":
-            raise
-        return _result(0.0, "none", "none", str(error), 0, 0)
-    text = solution_text(solution_str, tokenizer)
-    truth = _unwrap(ground_truth)
-    if route == "math":
-        scored = score_math_safely(text, truth, timeout_seconds=int(math_timeout))
-        return _result(scored.score, "math", "math-verify", scored.reason, int(scored.score), 1)
-    if code_backend == "sandbox_fusion":
-        if not sandbox_fusion_url:
-            raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url")
-        scored = score_code_sandbox_fusion(
-            text,
-            truth,
-            url=sandbox_fusion_url,
-            mode=code_score,
-            memory_limit_mb=int(memory_limit_mb),
-            timeout=int(sandbox_fusion_timeout),
-            concurrent_semaphore=concurrent_semaphore,
-            require_code_block=require_code_block,
-        )
-    else:
-        limits = SandboxLimits(
-            cpu_seconds=float(cpu_seconds),
-            wall_seconds=float(wall_seconds),
-            memory_mb=int(memory_limit_mb),
-            max_output_bytes=int(max_output_bytes),
-        )
-        sandbox = _sandbox(limits, isolation, max_concurrent, tmp_root)
-        scored = score_code(
-            text,
-            truth,
-            sandbox=sandbox,
-            mode=code_score,
-            require_code_block=require_code_block,
-        )
-    return _result(scored.score, "code", code_backend, scored.reason, scored.passed, scored.total)
+    scorer = HybridScorer.from_settings(**settings)
+    return score_one(scorer, solution_str, ground_truth, extra_info).as_dict(RESULT_KEYS)

@@ -14,6 +14,9 @@ Two things are handled here rather than in math-verify:
   another thread (verl's reward loop calls reward functions from a thread pool)
   `score_math_safely` runs the check in a spawned worker process, where they work, and gives
   up after `timeout_seconds` of wall time.
+
+`MathScorer` is the reward as a `Scorer` (`entropyrl.rewards.scorer`); `score_math` and
+`score_math_safely` score one response.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import math
 import multiprocessing
 import re
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MathScore", "score_math", "score_math_safely"]
+from entropyrl.rewards.scorer import ResponseScorer, Score
+
+__all__ = ["MathScore", "MathScorer", "score_math", "score_math_safely"]
 
 _PERCENT = re.compile(r"^\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:\\,)?\s*\\?%\s*$")
 _POOL: ProcessPoolExecutor | None = None
@@ -146,3 +152,21 @@ def score_math_safely(solution: str, ground_truth: Any, *, timeout_seconds: int 
         # scored, here, only without math-verify's timeouts.
         _pool(renew=True)
         return score_math(solution, ground_truth, timeout_seconds=timeout_seconds)
+
+
+@dataclass(frozen=True)
+class MathScorer(ResponseScorer):
+    """The math reward as a `Scorer`: `score_math_safely` on each response.
+
+    The ground truth is the answer (text or a number; a list of acceptable answers too); the
+    extra info is not read. Each `Score` is 1.0 or 0.0 with the reason and the detail
+    ``extracted`` (the answer found in the response, empty when none was).
+    """
+
+    timeout_seconds: int = 5
+
+    def score_response(
+        self, solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+    ) -> Score:
+        scored = score_math_safely(solution, ground_truth, timeout_seconds=self.timeout_seconds)
+        return Score(scored.score, scored.reason, {"extracted": scored.extracted})

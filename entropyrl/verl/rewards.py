@@ -1,23 +1,41 @@
 """Reward functions for verl's `reward.custom_reward_function.path=pkg://entropyrl.verl.rewards`.
 
-- `caption_score` (async): CIDEr-D with corpus document frequencies plus CHAIR from the service.
-  verl's reward loop scores one sample per call; concurrent calls on a reward worker's event loop
-  are gathered for `batch_window_s` (or until `max_batch`) and scored together, so CHAIR gets one
-  HTTP call per gathered batch instead of one per caption.
-- `function_calling_score`: the strict binary function-calling reward.
+Each is a thin adapter: verl's arguments in, the reward's `Scorer` (`entropyrl.rewards.scorer`)
+run, its `Score` out as verl's dict. The scoring itself lives in `entropyrl.rewards`, where the
+local runner calls the same scorers.
+
+- `caption_score` (async): `CaptionReward` (CIDEr-D with corpus document frequencies plus CHAIR
+  from the service). verl's reward loop scores one sample per call; concurrent calls on a reward
+  worker's event loop are gathered for `batch_window_s` (or until `max_batch`) and scored as one
+  batch (`CaptionBatcher`), so CHAIR gets one HTTP call per gathered batch instead of one per
+  caption.
+- `function_calling_score`: `FunctionCallingScorer`, the strict binary function-calling reward.
 
 Both return a dict with `score` plus extra keys; verl stores the extras as reward extra info
-(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`), where the entropy-aware trainer reads
-each sample's CHAIR_i.
+(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`; `acc`), where the
+entropy-aware trainer reads each sample's CHAIR_i.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
+
+from entropyrl.rewards.caption import CAPTION_FIELDS, caption_ground_truth
+from entropyrl.rewards.scorer import Score, Scorer, score_one
+
+__all__ = [
+    "CHAIR_TOKEN_ENV",
+    "CHAIR_URL_ENV",
+    "CaptionBatcher",
+    "caption_batcher",
+    "caption_ground_truth",
+    "caption_score",
+    "chair_token",
+    "function_calling_score",
+]
 
 CHAIR_URL_ENV = "ENTROPYRL_CHAIR_URL"
 # One name on both sides: the service reads its token from it (`python -m chair_server`), the
@@ -42,38 +60,15 @@ def chair_token() -> str | None:
     return token or None
 
 
-def caption_ground_truth(ground_truth: Any) -> tuple[int, list[str]]:
-    """(image_id, references) from a COCO row's `reward_model.ground_truth`.
-
-    Accepts the mapping written by `entropyrl prepare coco` (`image_id` and `references`, or
-    `captions`) or the same mapping as a JSON string.
-    """
-    if isinstance(ground_truth, str | bytes):
-        try:
-            ground_truth = json.loads(ground_truth)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"ground_truth is not JSON: {error}") from error
-    if not isinstance(ground_truth, Mapping):
-        raise ValueError(
-            f"ground_truth must map image_id and references, got {type(ground_truth).__name__}"
-        )
-    if "image_id" not in ground_truth:
-        raise ValueError("ground_truth has no field 'image_id'")
-    references = ground_truth.get("references", ground_truth.get("captions"))
-    if references is None:
-        raise ValueError("ground_truth has no field 'references'")
-    if isinstance(references, str):
-        references = [references]
-    references = [str(reference) for reference in list(references)]
-    if not references:
-        raise ValueError("ground_truth field 'references' is empty")
-    return int(ground_truth["image_id"]), references
-
-
 class CaptionBatcher:
-    """Gathers concurrent per-caption requests on one event loop into batched reward calls."""
+    """Gathers concurrent per-response requests on one event loop into batched scorer calls.
 
-    def __init__(self, reward: Any, *, batch_window_s: float = 0.05, max_batch: int = 256) -> None:
+    `reward` is a `Scorer` (`entropyrl.rewards.scorer`); each waiter gets its response's `Score`.
+    """
+
+    def __init__(
+        self, reward: Scorer, *, batch_window_s: float = 0.05, max_batch: int = 256
+    ) -> None:
         if batch_window_s < 0:
             raise ValueError(f"batch_window_s must be >= 0, got {batch_window_s}")
         if max_batch < 1:
@@ -82,13 +77,15 @@ class CaptionBatcher:
         self.batch_window_s = float(batch_window_s)
         self.max_batch = int(max_batch)
         self.batches_scored = 0
-        self._pending: list[tuple[str, int, list[str], asyncio.Future]] = []
+        self._pending: list[tuple[str, Any, Mapping[str, Any] | None, asyncio.Future]] = []
         self._timer: asyncio.TimerHandle | None = None
 
-    async def score(self, caption: str, image_id: int, references: Sequence[str]) -> dict[str, Any]:
+    async def score(
+        self, solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+    ) -> Score:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
-        self._pending.append((caption, image_id, list(references), future))
+        self._pending.append((solution, ground_truth, extra_info, future))
         if len(self._pending) >= self.max_batch:
             self._flush()
         elif self._timer is None:
@@ -103,42 +100,24 @@ class CaptionBatcher:
         if batch:
             asyncio.get_running_loop().create_task(self._score_batch(batch))
 
-    async def _score_batch(self, batch: list[tuple[str, int, list[str], asyncio.Future]]) -> None:
-        captions = [item[0] for item in batch]
-        image_ids = [item[1] for item in batch]
-        references = [item[2] for item in batch]
+    async def _score_batch(self, batch: list[tuple[str, Any, Any, asyncio.Future]]) -> None:
+        solutions, ground_truths, extra_infos, futures = (list(part) for part in zip(*batch))
         try:
             # The CHAIR call blocks on HTTP: keep the event loop (other rollouts) running.
-            result = await asyncio.get_running_loop().run_in_executor(
-                None, self.reward, captions, image_ids, references
+            scored = await asyncio.get_running_loop().run_in_executor(
+                None, self.reward.score_batch, solutions, ground_truths, extra_infos
             )
+            if len(scored) != len(batch):
+                raise ValueError(f"the scorer returned {len(scored)} scores for {len(batch)}")
             self.batches_scored += 1
         except Exception as error:  # every waiter gets the error, none hangs
-            for *_, future in batch:
+            for future in futures:
                 if not future.done():
                     future.set_exception(error)
             return
-        for i, (*_, future) in enumerate(batch):
+        for future, one in zip(futures, scored):
             if not future.done():
-                future.set_result(caption_result_row(result, i))
-
-
-def caption_result_row(result: Any, i: int) -> dict[str, Any]:
-    """Sample i of a `CaptionRewardResult` as verl's reward dict (NaN where CHAIR is missing).
-
-    `chair_fallback` is True where the CHAIR service gave no answer (unreachable): the trainer
-    counts those samples in `chair/fallback_samples`.
-    """
-    fallback = getattr(result, "chair_fallback", None)
-    return {
-        "score": float(result.scores[i]),
-        "cider": float(result.cider[i]),
-        "chair_i": float(result.chair_i[i]),
-        "chair_s": float(result.chair_s[i]),
-        "recall": float(result.recall[i]),
-        "chair_ok": bool(result.chair_ok[i]),
-        "chair_fallback": bool(fallback[i]) if fallback is not None else False,
-    }
+                future.set_result(one)
 
 
 _BATCHERS: dict[tuple[Any, ...], CaptionBatcher] = {}
@@ -203,9 +182,9 @@ async def caption_score(
     extra_info: Mapping[str, Any] | None = None,
     *,
     cider_df: str | None = None,
-    chair_url: str | None = None,
     chair_weight: float = 0.0,
     recall_weight: float = 0.0,
+    chair_url: str | None = None,
     chair_timeout: float = 30.0,
     chair_retries: int = 2,
     batch_window_s: float = 0.05,
@@ -220,13 +199,13 @@ async def caption_score(
         service refuses stops the run (`ChairAuthError`): a wrong token is a setup error, not an
         outage to train through.
     """
-    del data_source, extra_info
+    del data_source
     if not cider_df:
         raise ValueError(
             "caption_score needs reward.custom_reward_function.reward_kwargs.cider_df "
             "(the CIDEr-D document-frequency file)"
         )
-    image_id, references = caption_ground_truth(ground_truth)
+    truth = caption_ground_truth(ground_truth)  # a malformed row fails its own call only
     batcher = caption_batcher(
         cider_df=str(cider_df),
         chair_url=chair_url or os.environ.get(CHAIR_URL_ENV) or None,
@@ -237,7 +216,8 @@ async def caption_score(
         batch_window_s=float(batch_window_s),
         max_batch=int(max_batch),
     )
-    return await batcher.score(solution_str, image_id, references)
+    scored = await batcher.score(solution_str, truth, extra_info)
+    return scored.as_dict(CAPTION_FIELDS)
 
 
 def function_calling_score(
@@ -249,7 +229,7 @@ def function_calling_score(
 ) -> dict[str, Any]:
     """Strict binary function-calling reward (1.0 only for exact format and exact calls)."""
     del data_source
-    from entropyrl.rewards.function_calling import compute_score
+    from entropyrl.rewards.function_calling import FunctionCallingScorer
 
-    score = float(compute_score(solution_str, ground_truth, extra_info))
+    score = score_one(FunctionCallingScorer(), solution_str, ground_truth, extra_info).score
     return {"score": score, "acc": score}

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from entropyrl.rewards.caption import CaptionReward
+from entropyrl.rewards.caption import CAPTION_FIELDS, CaptionReward
 from entropyrl.rewards.cider import CiderD
 from entropyrl.verl import rewards
 
@@ -80,16 +80,22 @@ def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service)
     results = asyncio.run(score_all(fn))
     batchers = list(rewards._BATCHERS.values())
     assert len(batchers) == 1 and batchers[0].batches_scored == 1  # six captions, one call
-    direct = CaptionReward(
+    reward = CaptionReward(
         CiderD.load(cider_df),
         ChairClient(chair_service.url),
         chair_weight=1.0,
         recall_weight=0.5,
-    )(
+    )
+    direct = reward(
         [c for _, c in CAPTIONS],
         [i for i, _ in CAPTIONS],
         [REFERENCES[i] for i, _ in CAPTIONS],
     )
+    # The scorer verl's entry point runs, on the same rows: the same dicts, to the last key.
+    scored = reward.score_batch(
+        [c for _, c in CAPTIONS], [ground_truth(i) for i, _ in CAPTIONS], [{}] * len(CAPTIONS)
+    )
+    assert results == [one.as_dict(CAPTION_FIELDS) for one in scored]
     for i, row in enumerate(results):
         assert set(row) == {
             "score",
@@ -153,14 +159,14 @@ def test_caption_ground_truth_forms():
 
 def test_batcher_propagates_errors_to_every_waiter():
     class Broken:
-        def __call__(self, captions, image_ids, references):
+        def score_batch(self, solutions, ground_truths, extra_infos):
             raise RuntimeError("scorer down")
 
     batcher = rewards.CaptionBatcher(Broken(), batch_window_s=0.01, max_batch=2)
 
     async def run():
         return await asyncio.gather(
-            *[batcher.score("a", 1, ["b"]) for _ in range(3)], return_exceptions=True
+            *[batcher.score("a", (1, ["b"])) for _ in range(3)], return_exceptions=True
         )
 
     outcomes = asyncio.run(run())
