@@ -189,6 +189,20 @@ def _vision_language(
     )
 
 
+def _gated_tower(config: TinyModelConfig, patch_size: int) -> dict[str, Any]:
+    """The vision-tower settings Qwen2.5-VL and Qwen3-VL share (gated MLP twice the width, a
+    separate output width: the text model's)."""
+    return {
+        "depth": config.vision_depth,
+        "hidden_size": config.vision_embed_dim,
+        "intermediate_size": 2 * config.vision_embed_dim,
+        "num_heads": config.vision_heads,
+        "out_hidden_size": config.hidden_size,
+        "patch_size": patch_size,
+        "spatial_merge_size": config.merge_size,
+    }
+
+
 def build_tiny_qwen2vl(tokenizer: Any, config: TinyModelConfig | None = None, *, seed: int = 0):
     """A randomly initialised `Qwen2VLForConditionalGeneration` sized by `config`.
 
@@ -237,13 +251,7 @@ def build_tiny_qwen2_5_vl(
         seed,
         text_config=_text_config(tokenizer, config, **_mrope(head_dim)),
         vision_config={
-            "depth": config.vision_depth,
-            "hidden_size": config.vision_embed_dim,
-            "intermediate_size": 2 * config.vision_embed_dim,
-            "num_heads": config.vision_heads,
-            "out_hidden_size": config.hidden_size,
-            "patch_size": config.patch_size,
-            "spatial_merge_size": config.merge_size,
+            **_gated_tower(config, config.patch_size),
             "window_size": 2 * config.patch_size * config.merge_size,
             "fullatt_block_indexes": list(range(1, config.vision_depth, 2)),
         },
@@ -284,13 +292,7 @@ def build_tiny_qwen3_vl(
             **_mrope(head_dim, [half - 2 * spatial, spatial, spatial], mrope_interleaved=True),
         ),
         vision_config={
-            "depth": config.vision_depth,
-            "hidden_size": config.vision_embed_dim,
-            "intermediate_size": 2 * config.vision_embed_dim,
-            "num_heads": config.vision_heads,
-            "out_hidden_size": config.hidden_size,
-            "patch_size": patch_size,
-            "spatial_merge_size": config.merge_size,
+            **_gated_tower(config, patch_size),
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": deepstack,
         },

@@ -163,6 +163,21 @@ def _sampling_kwargs(sampling_params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _copy_into(
+    own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]
+) -> tuple[list[str], list[str]]:
+    """Copy `state` into the policy's tensors `own` (by name, in their dtype); returns the
+    policy's names `state` lacks (a tied `lm_head` aside) and the names it has no place for."""
+    unexpected = [name for name in state if name not in own]
+    tied = {name for name in own if name.endswith("lm_head.weight")}
+    missing = [name for name in own if name not in state and name not in tied]
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if name in own:
+                own[name].copy_(tensor.to(own[name].dtype))
+    return missing, unexpected
+
+
 class HFRolloutServer:
     """verl's rollout-server protocol answered by transformers `generate` (one process)."""
 
@@ -458,15 +473,7 @@ class HFRolloutServer:
             self.global_steps = global_steps
 
     def _load_state(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
-        own = self.model.state_dict()
-        unexpected = [name for name in state if name not in own]
-        tied = {name for name in own if name.endswith("lm_head.weight")}
-        missing = [name for name in own if name not in state and name not in tied]
-        with torch.no_grad():
-            for name, tensor in state.items():
-                if name in own:
-                    own[name].copy_(tensor.to(own[name].dtype))
-        return missing, unexpected
+        return _copy_into(self.model.state_dict(), state)
 
     def _load_lora_base(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
         """The base weights of a LoRA policy. Before the first adapter the policy here is the
@@ -477,15 +484,9 @@ class HFRolloutServer:
                 {name.replace(".base_layer.", "."): t for name, t in state.items()}
             )
         base = self.model.get_base_model()
-        own = {name: t for name, t in base.state_dict().items() if ".lora_" not in name}
-        unexpected = [name for name in state if name not in own]
-        tied = {name for name in own if name.endswith("lm_head.weight")}
-        missing = [name for name in own if name not in state and name not in tied]
-        with torch.no_grad():
-            for name, tensor in state.items():
-                if name in own:
-                    own[name].copy_(tensor.to(own[name].dtype))
-        return missing, unexpected
+        return _copy_into(
+            {name: t for name, t in base.state_dict().items() if ".lora_" not in name}, state
+        )
 
     def _load_lora_adapter(
         self, state: dict[str, torch.Tensor], peft_config: Any
