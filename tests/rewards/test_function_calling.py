@@ -19,7 +19,7 @@ from entropyrl.rewards.function_calling import (
 )
 
 
-def call(name: str, **arguments) -> str:
+def call(name: str, /, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
