@@ -15,6 +15,8 @@ COMMANDS = [
     ["-m", "entropyrl", "prepare", "mixed-debug", "--help"],
     ["-m", "entropyrl.commands.smoke", "--help"],
     ["-m", "entropyrl.commands.preflight", "--help"],
+    ["-m", "entropyrl.commands.merge_lora", "--help"],
+    ["-m", "entropyrl.commands.evaluate", "--help"],
     ["-m", "entropyrl", "doctor", "--help"],
     ["-m", "entropyrl.local.acceptance", "--help"],
     ["-m", "chair_server", "--help"],
