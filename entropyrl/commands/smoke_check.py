@@ -212,6 +212,7 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
     estimator = get("algorithm.adv_estimator")
     correction = get("algorithm.rollout_correction.bypass_mode", False)
     schedule = bool(get("algorithm.clip_schedule.enable", False))
+    caption = get("reward.custom_reward_function.name", None) == "caption_score"
     for row in rows:
         data, step = row["data"], row["step"]
         required = ["actor/pg_loss", "critic/score/mean"]
@@ -220,6 +221,8 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
         if schedule:
             required += ["clip/bound_mean", "clip/bound_min", "clip/bound_max"]
             required += ["actor/clip/frac_high", "actor/clip/frac_low", "chair/fallback_samples"]
+        if caption:  # the reward's parts beside verl's critic/score
+            required.append("reward/cider/mean")
         if estimator in ENTROPY_ESTIMATORS:
             required.append("egpo/entropy/missing")
         if estimator == "egpo_ratio":

@@ -91,6 +91,37 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
     return values
 
 
+# The caption reward's parts (`entropyrl.rewards.caption.CAPTION_FIELDS`) logged per step beside
+# verl's `critic/score`, so a user tuning `chair_weight` sees which part moved.
+REWARD_PARTS = ("cider", "chair_s", "recall")
+
+
+def reward_part_metrics(
+    extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
+) -> dict[str, float]:
+    """`reward/<part>/mean` over this step's real rows that report the part with a finite value
+    (a caption the CHAIR service did not score has no CHAIR_s or recall); empty for rewards
+    without these parts."""
+    if extra_fields is None:
+        return {}
+    infos = [_reward_info(fields) for fields in extra_fields]
+    if valid is not None:
+        infos = [info for info, keep in zip(infos, valid.tolist()) if keep]
+    metrics = {}
+    for part in REWARD_PARTS:
+        values = []
+        for info in infos:
+            try:
+                value = float(_unwrap(info.get(part))) if info is not None else math.nan
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(value):
+                values.append(value)
+        if values:
+            metrics[f"reward/{part}/mean"] = sum(values) / len(values)
+    return metrics
+
+
 def chair_status_metrics(
     extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
 ) -> dict[str, float]:

@@ -45,6 +45,7 @@ from entropyrl.verl.hooks import (
     chair_from_extra_fields,
     chair_status_metrics,
     clip_ratio_high_from_chair,
+    reward_part_metrics,
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
@@ -213,7 +214,9 @@ class EntropyPPOTrainer(PPOTrainerSync):
         wants_entropy = algorithm.adv_estimator in VERL_ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable
         tracing = trace.trace_dir() is not None
-        if not wants_entropy and not wants_clip and not tracing:
+        # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
+        caption = self.config.reward.custom_reward_function.get("name") == "caption_score"
+        if not wants_entropy and not wants_clip and not tracing and not caption:
             return super()._compute_advantage(batch, metrics)
         names = step_field_names(self.config, bool(self.use_reference_policy))
         tensors, extra_fields = fetch_step_fields(batch, names)
@@ -242,6 +245,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         )
         metrics.update(clip_metrics)
         metrics.update(chair_status_metrics(extra_fields, valid))
+        metrics.update(reward_part_metrics(extra_fields, valid))
         if tracing:
             self._trace(batch, tensors, clip_high, chair_i, valid)
         if clip_high is not None:

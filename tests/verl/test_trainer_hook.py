@@ -211,9 +211,11 @@ def test_hook_without_chair_uses_neutral_bound(monkeypatch, compose, tokenizer):
 def test_hook_is_verl_when_nothing_is_ours(monkeypatch, compose, tokenizer):
     store = FakeTransferQueue()
     meta = fill_store(store, tokenizer, entropy=True, chair=True)
-    trainer = make_trainer(
-        monkeypatch, compose, tokenizer, store, ["algorithm.clip_schedule.enable=false"]
-    )
+    overrides = [
+        "algorithm.clip_schedule.enable=false",
+        "reward.custom_reward_function.name=compute_score",  # not the caption reward
+    ]
+    trainer = make_trainer(monkeypatch, compose, tokenizer, store, overrides)
     metrics: dict = {}
     out = trainer._compute_advantage(meta, metrics)
     assert CLIP_FIELD not in out.fields
@@ -347,3 +349,41 @@ def test_init_end_rejects_clip_schedule_without_the_loss(compose):
     trainer.actor_rollout_wg = Recorder()
     with pytest.raises(ValueError, match="per_sample_clip"):
         trainer.on_init_end()
+
+
+def test_reward_parts_are_means_over_the_rows_that_report_them():
+    from entropyrl.verl.hooks import reward_part_metrics
+
+    def row(**info):
+        return {"reward_extra_info": info}
+
+    fields = [
+        row(cider=1.0, chair_s=1.0, recall=0.5),
+        row(cider=0.5, chair_s=float("nan"), recall=float("nan")),  # CHAIR did not score it
+        row(cider=3.0, chair_s=0.0, recall=1.0),
+        row(cider=9.0, chair_s=1.0, recall=0.0),  # a padding row
+        row(score=1.0),  # another reward's row: no parts
+    ]
+    valid = torch.tensor([True, True, True, False, True])
+    metrics = reward_part_metrics(fields, valid)
+    assert metrics == pytest.approx(
+        {"reward/cider/mean": 1.5, "reward/chair_s/mean": 0.5, "reward/recall/mean": 0.75}
+    )
+    assert reward_part_metrics([row(score=1.0)] * 3) == {}
+    assert reward_part_metrics(None) == {}
+
+
+def test_caption_reward_parts_are_logged_under_plain_grpo(monkeypatch, compose, tokenizer):
+    """GRPO without the schedule (the baseline run) still logs the caption reward's parts."""
+    store = FakeTransferQueue()
+    meta = fill_store(store, tokenizer, entropy=False, chair=True)
+    for i, key in enumerate(meta.keys):
+        store.rows[key]["extra_fields"]["reward_extra_info"]["cider"] = float(i)
+    trainer = make_trainer(
+        monkeypatch, compose, tokenizer, store, ["algorithm.clip_schedule.enable=false"]
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    assert metrics["reward/cider/mean"] == pytest.approx(2.5)
+    assert CLIP_FIELD not in out.fields
+    assert all("advantages" in store.rows[key] for key in meta.keys)
