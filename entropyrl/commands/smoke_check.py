@@ -201,6 +201,8 @@ def expected_advantages(
 def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
     from omegaconf import OmegaConf
 
+    from entropyrl.verl.rewards import CAPTION_REWARD_NAME
+
     get = lambda key, default=None: OmegaConf.select(config, key, default=default)  # noqa: E731
     problems = []
     total = int(get("trainer.total_training_steps"))
@@ -212,7 +214,7 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
     estimator = get("algorithm.adv_estimator")
     correction = get("algorithm.rollout_correction.bypass_mode", False)
     schedule = bool(get("algorithm.clip_schedule.enable", False))
-    caption = get("reward.custom_reward_function.name", None) == "caption_score"
+    caption = get("reward.custom_reward_function.name", None) == CAPTION_REWARD_NAME
     for row in rows:
         data, step = row["data"], row["step"]
         required = ["actor/pg_loss", "critic/score/mean"]

@@ -65,6 +65,27 @@ def _reward_info(fields: Any) -> Mapping[str, Any] | None:
     return info if isinstance(info, Mapping) else None
 
 
+def _finite_value(info: Mapping[str, Any] | None, name: str) -> float | None:
+    """`info[name]` as a finite float, else None (absent, not a number, NaN or infinite)."""
+    if info is None:
+        return None
+    try:
+        value = float(info.get(name))
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _real_rows(
+    extra_fields: Sequence[Any], valid: torch.Tensor | None
+) -> list[Mapping[str, Any] | None]:
+    """The reward's extra info of each row, verl's synthetic padding rows (`valid` False) left out."""
+    infos = [_reward_info(fields) for fields in extra_fields]
+    if valid is None:
+        return infos
+    return [info for info, keep in zip(infos, valid.tolist()) if keep]
+
+
 def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int) -> torch.Tensor:
     """CHAIR_i per sample [B] from verl's per-sample `extra_fields["reward_extra_info"]`.
 
@@ -78,15 +99,8 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
     if len(extra_fields) != batch_size:
         raise ValueError(f"extra_fields has {len(extra_fields)} rows, the batch has {batch_size}")
     for i, fields in enumerate(extra_fields):
-        info = _reward_info(fields)
-        if info is None:
-            continue
-        value = info.get("chair_i")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value):
+        value = _finite_value(_reward_info(fields), "chair_i")
+        if value is not None:
             values[i] = value
     return values
 
@@ -104,19 +118,10 @@ def reward_part_metrics(
     without these parts."""
     if extra_fields is None:
         return {}
-    infos = [_reward_info(fields) for fields in extra_fields]
-    if valid is not None:
-        infos = [info for info, keep in zip(infos, valid.tolist()) if keep]
+    infos = _real_rows(extra_fields, valid)
     metrics = {}
     for part in REWARD_PARTS:
-        values = []
-        for info in infos:
-            try:
-                value = float(_unwrap(info.get(part))) if info is not None else math.nan
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value):
-                values.append(value)
+        values = [v for v in (_finite_value(info, part) for info in infos) if v is not None]
         if values:
             metrics[f"reward/{part}/mean"] = sum(values) / len(values)
     return metrics
@@ -133,10 +138,7 @@ def chair_status_metrics(
     """
     if extra_fields is None:
         return {}
-    infos = [_reward_info(fields) for fields in extra_fields]
-    if valid is not None:
-        infos = [info for info, keep in zip(infos, valid.tolist()) if keep]
-    infos = [info for info in infos if info is not None and "chair_i" in info]
+    infos = [info for info in _real_rows(extra_fields, valid) if info and "chair_i" in info]
     if not infos:
         return {}
     chair = chair_from_extra_fields([{"reward_extra_info": info} for info in infos], len(infos))

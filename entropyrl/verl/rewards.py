@@ -37,6 +37,9 @@ __all__ = [
     "function_calling_score",
 ]
 
+# The recipe names this function (`reward.custom_reward_function.name`); the trainer logs its
+# parts and the smoke check asks for them when it is the reward.
+CAPTION_REWARD_NAME = "caption_score"
 CHAIR_URL_ENV = "ENTROPYRL_CHAIR_URL"
 # One name on both sides: the service reads its token from it (`python -m chair_server`), the
 # reward's client sends it. The former client-only name is read too, with a warning.

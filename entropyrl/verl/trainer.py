@@ -49,6 +49,7 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
 
 TRAINER_MODE = "entropyrl"
@@ -215,7 +216,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         wants_clip = self.specs.clip_schedule.enable
         tracing = trace.trace_dir() is not None
         # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
-        caption = self.config.reward.custom_reward_function.get("name") == "caption_score"
+        caption = self.config.reward.custom_reward_function.get("name") == CAPTION_REWARD_NAME
         if not wants_entropy and not wants_clip and not tracing and not caption:
             return super()._compute_advantage(batch, metrics)
         names = step_field_names(self.config, bool(self.use_reference_policy))

@@ -371,6 +371,9 @@ def test_reward_parts_are_means_over_the_rows_that_report_them():
     )
     assert reward_part_metrics([row(score=1.0)] * 3) == {}
     assert reward_part_metrics(None) == {}
+    # numpy scalars (a reward computing with numpy) count like floats
+    numpy_rows = [row(cider=np.float64(2.0)), row(cider=np.float32(4.0))]
+    assert reward_part_metrics(numpy_rows) == {"reward/cider/mean": 3.0}
 
 
 def test_caption_reward_parts_are_logged_under_plain_grpo(monkeypatch, compose, tokenizer):
