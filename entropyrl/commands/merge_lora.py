@@ -6,7 +6,7 @@ verl's merger (`python -m verl.model_merger merge --backend fsdp --local_dir ...
 
     python -m entropyrl.commands.merge_lora DIR [--out DIR/merged]
 
-loads the base with the architecture its config names, applies the adapter with peft to exactly the
+loads the base (`entropyrl.models.tiny.load_model`), applies the adapter with peft to exactly the
 layers it has weights for, checks that every adapter tensor found its layer, merges (W + scale * B @ A), and saves the model with the
 tokenizer and processor files beside it.
 """
@@ -18,23 +18,9 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 ADAPTER_DIR = "lora_adapter"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
-
-
-def load_base(folder: Path) -> Any:
-    """The model in `folder`, as the class its `config.json` names (float32 on CPU)."""
-    import torch
-    import transformers
-
-    config = transformers.AutoConfig.from_pretrained(folder)
-    architecture = (config.architectures or [None])[0]
-    model_class = getattr(transformers, architecture or "", None)
-    if model_class is None:
-        model_class = transformers.AutoModelForCausalLM
-    return model_class.from_pretrained(folder, torch_dtype=torch.float32)
 
 
 def merge_lora(folder: str | Path, out: str | Path | None = None) -> Path:
@@ -42,6 +28,8 @@ def merge_lora(folder: str | Path, out: str | Path | None = None) -> Path:
     import torch
     from peft import PeftConfig, PeftModel, get_peft_model_state_dict
     from safetensors.torch import load_file
+
+    from entropyrl.models.tiny import load_model
 
     folder = Path(folder)
     adapter = folder / ADAPTER_DIR
@@ -60,7 +48,7 @@ def merge_lora(folder: str | Path, out: str | Path | None = None) -> Path:
     config.target_modules = sorted(
         {name.removeprefix("base_model.model.").split(".lora_")[0] for name in sent}
     )
-    model = PeftModel.from_pretrained(load_base(folder), adapter, config=config)
+    model = PeftModel.from_pretrained(load_model(folder), adapter, config=config)
     placed = set(get_peft_model_state_dict(model))
     if sent - placed:
         stray = sorted(sent - placed)

@@ -26,6 +26,7 @@ __all__ = [
     "build_tiny_qwen3",
     "build_tiny_qwen3_vl",
     "count_parameters",
+    "load_model",
     "load_pretrained",
     "pick_device",
     "seed_everything",
@@ -319,6 +320,25 @@ def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, s
 
     config = config or TinyModelConfig()
     return _build(Qwen2Config, Qwen2ForCausalLM, tokenizer, seed, **_text_config(tokenizer, config))
+
+
+def load_model(
+    path: str | os.PathLike[str],
+    *,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> Any:
+    """The model in a local folder, float32 on the CPU: the image-text class when its config has
+    a vision tower (Qwen-VL), else the causal-LM class."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    vision = getattr(config, "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    return auto.from_pretrained(
+        path, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
+    )
 
 
 def load_pretrained(path: str | os.PathLike[str], *, vision: bool = True):

@@ -133,17 +133,9 @@ def _append_line(path: str, row: dict[str, Any]) -> None:
 
 def _load_policy(path: str, trust_remote_code: bool) -> Any:
     """The policy from a local checkpoint folder, float32 on the CPU, eval mode."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from entropyrl.models.tiny import load_model
 
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    vision = getattr(config, "vision_config", None) is not None
-    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = auto.from_pretrained(
-        path,
-        dtype=torch.float32,
-        attn_implementation="sdpa",
-        trust_remote_code=trust_remote_code,
-    )
+    model = load_model(path, trust_remote_code=trust_remote_code, attn_implementation="sdpa")
     model.eval()
     return model
 
