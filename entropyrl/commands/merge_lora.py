@@ -6,9 +6,9 @@ verl's merger (`python -m verl.model_merger merge --backend fsdp --local_dir ...
 
     python -m entropyrl.commands.merge_lora DIR [--out DIR/merged]
 
-loads the base (`entropyrl.models.tiny.load_model`), applies the adapter with peft to exactly the
-layers it has weights for, checks that every adapter tensor found its layer, merges (W + scale * B @ A), and saves the model with the
-tokenizer and processor files beside it.
+loads the base (`entropyrl.models.tiny.load_model`), applies the adapter with peft to exactly
+the layers it has weights for, checks that every adapter tensor found its layer, merges
+(W + scale * B @ A), and saves the model with the tokenizer and processor files beside it.
 """
 
 from __future__ import annotations
