@@ -21,7 +21,6 @@ from entropyrl.local.interrupts import run_interruptible
 from entropyrl.local.progress import set_position
 from entropyrl.local.reference import quick_start_checks, reference_for, reference_section
 from entropyrl.local.report import (
-    EVAL_COLUMNS,
     eval_columns,
     eval_row,
     markdown_table,
@@ -30,16 +29,7 @@ from entropyrl.local.report import (
 )
 from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
 
-# EVAL_COLUMNS, eval_columns, eval_row (report.py) and run_interruptible (interrupts.py) are
-# also importable from here, where they were first defined.
-__all__ = [
-    "EVAL_COLUMNS",
-    "eval_columns",
-    "eval_row",
-    "main",
-    "run_caption_demo",
-    "run_interruptible",
-]
+__all__ = ["main", "run_caption_demo"]
 
 
 def _settings(cfg: DemoConfig) -> dict[str, Any]:
