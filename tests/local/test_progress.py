@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import subprocess
 import sys
 
@@ -105,6 +106,17 @@ def test_a_pipe_and_a_zero_column_terminal_get_plain_lines():
     os.close(main)
 
 
+def _read_all(fd: int) -> str:
+    """Everything written to the pty so far: one os.read returns only what one write put there."""
+    chunks = []
+    while select.select([fd], [], [], 0.5)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
 def test_a_terminal_with_a_width_gets_a_bar():
     main, terminal = _pty(80)
     try:
@@ -115,7 +127,7 @@ def test_a_terminal_with_a_width_gets_a_bar():
                 bar.update(done, {"loss": 1.0})
             bar.close()
             terminal.flush()
-            drawn = os.read(main, 65536).decode()
+            drawn = _read_all(main)
         assert "\r" in drawn and "3/3" in drawn and "loss=1.000" in drawn
     finally:
         os.close(main)

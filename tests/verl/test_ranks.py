@@ -296,12 +296,15 @@ def test_bounds_follow_their_samples_through_balance_batch(run, request):
         assert len(set(lengths)) > 1  # mixed lengths
         data = steps[step]
         if run == "two_ranks":
-            # The fixed batch is one where balance_batch regroups the rows at every step: the
-            # contiguous split verl would otherwise dispatch is less balanced than the one the
-            # ranks got (verl's own global_seqlen metrics). A sampled batch may come balanced.
-            assert data["global_seqlen/minmax_diff"] > (
-                data["global_seqlen/balanced_max"] - data["global_seqlen/balanced_min"]
-            )
+            # balance_batch never leaves the ranks less balanced than the contiguous split verl
+            # would otherwise dispatch (verl's own global_seqlen metrics), and regroups step 1's
+            # batch: its responses come from the initial weights under full determinism, so it is
+            # the same batch in every run. Later steps sample from updated weights, whose float
+            # rounding differs between runs, and may come balanced already.
+            balanced = data["global_seqlen/balanced_max"] - data["global_seqlen/balanced_min"]
+            assert data["global_seqlen/minmax_diff"] >= balanced
+            if step == 1:
+                assert data["global_seqlen/minmax_diff"] > balanced
         half = len(rows) // 2
         for rank, chunk in enumerate((rows[:half], rows[half:])):
             # rank r trains on the r-th half of the balanced order: its sequence-length sum is
