@@ -371,6 +371,11 @@ def test_lora_caption_smoke_trains_only_the_adapters(lora_caption_run, tmp_path)
     adapter = safetensors_of(target / "lora_adapter")
     assert adapter and all(".language_model." in name for name in adapter)  # no vision tower
     assert all(v.abs().max() > 0 for n, v in adapter.items() if "lora_B" in n)  # trained
+    # docs/lora.md: the whole module in fp32 and Adam's moments of the adapters, 4P + 12L bytes
+    base_count = sum(v.numel() for v in initial.values())
+    adapter_count = sum(v.numel() for v in adapter.values())
+    written = sum(path.stat().st_size for path in actor.glob("*_world_size_1_rank_0.pt"))
+    assert 1.0 <= written / (4 * base_count + 12 * adapter_count) <= 1.06
     merged = merge_lora(target)
     trained = safetensors_of(merged)
     moved = {name for name in trained if not torch.equal(trained[name], saved[name])}
