@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.local.cli",  # demo, train
     "entropyrl.data.cli",  # prepare coco | fc
     "entropyrl.commands.doctor",  # doctor
+    "entropyrl.commands.eval_caption",  # eval caption
 )
 
 

@@ -176,7 +176,7 @@ def _build_caption_assets(settings: SmokeSettings, root: Path) -> None:
     world = build_synthetic_coco(
         root / "world",
         num_train=settings.num_train,
-        num_test=settings.num_test,
+        num_test=settings.num_test + settings.eval_images,
         image_size=caption_image_size(settings),
         seed=settings.seed,
     )
@@ -186,7 +186,7 @@ def _build_caption_assets(settings: SmokeSettings, root: Path) -> None:
         root / "data",
         prompt=f"<image>{PROMPT}",
         val_size=settings.num_test // 2,
-        test_size=settings.num_test - settings.num_test // 2,
+        test_size=settings.num_test - settings.num_test // 2 + settings.eval_images,
     )
     seed_everything(settings.seed)
     tokenizer = build_qwen_tokenizer(8192)

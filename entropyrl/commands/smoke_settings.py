@@ -101,6 +101,10 @@ class SmokeSettings:
     warmup_steps: int = 300
     num_train: int = 64
     num_test: int = 8
+    # captioning: world images beyond the val/test halves of num_test, all in test.parquet, held
+    # out for the evaluation smoke (examples/eval_chair_mscoco.sh --smoke); training never reads
+    # them, validation keeps num_test // 2 images
+    eval_images: int = 16
     image_size: int = 112
     hidden_size: int = 64
     response_length: int = 24
@@ -131,6 +135,8 @@ class SmokeSettings:
     def asset_key(self) -> str:
         """Settings that change the data or the checkpoint (not the run)."""
         fields = ("task", "seed", "warmup_steps", "num_train", "num_test", "image_size")
+        if self.task == "caption":
+            fields += ("eval_images",)
         payload = {name: getattr(self, name) for name in fields}
         payload.update(hidden_size=self.hidden_size, model=self.model, version=ASSET_VERSION)
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]

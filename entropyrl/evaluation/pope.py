@@ -29,6 +29,7 @@ import numpy as np
 from entropyrl.data.io import InputFileError, read_json, read_records
 
 __all__ = [
+    "POPE_METRICS",
     "POPE_SETTINGS",
     "POPE_SHA256",
     "POPE_TEMPLATE",
@@ -40,8 +41,10 @@ __all__ = [
     "file_sha256",
     "load_pope_questions",
     "parse_answer",
+    "pope_counts",
     "pope_metrics",
     "pope_question_text",
+    "pope_statistic",
     "verify_checksum",
 ]
 
@@ -405,3 +408,52 @@ def pope_metrics(labels: Sequence[str], predictions: Sequence[str]) -> PopeMetri
         tn=tn,
         fn=fn,
     )
+
+
+POPE_METRICS: tuple[str, ...] = ("accuracy", "precision", "recall", "f1", "yes_ratio")
+
+
+def pope_counts(
+    image_ids: Sequence[int], labels: Sequence[str], predictions: Sequence[str]
+) -> dict[int, list[float]]:
+    """`{image_id: [tp, fp, tn, fn]}`: the confusion counts of each image's questions, the
+    per-image values the bootstrap resamples (an image's questions are not independent)."""
+    if not len(image_ids) == len(labels) == len(predictions):
+        raise ValueError(
+            f"{len(image_ids)} image ids, {len(labels)} labels, {len(predictions)} predictions"
+        )
+    truth, said = _yes_mask(labels, "labels"), _yes_mask(predictions, "predictions")
+    counts: dict[int, list[float]] = {}
+    for image_id, is_yes, says_yes in zip(image_ids, truth, said):
+        row = counts.setdefault(int(image_id), [0.0, 0.0, 0.0, 0.0])
+        row[(0 if says_yes else 3) if is_yes else (1 if says_yes else 2)] += 1.0
+    return counts
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(whole > 0, part / np.where(whole > 0, whole, 1.0), 0.0)
+
+
+def pope_statistic(name: str) -> Any:
+    """The statistic `[B, n, 4] -> [B]` of one of `POPE_METRICS` over per-image
+    `[tp, fp, tn, fn]`, with `pope_metrics`' convention (a ratio over nothing is 0.0)."""
+    if name not in POPE_METRICS:
+        raise ValueError(f"unknown POPE metric {name!r}; one of {POPE_METRICS}")
+
+    def statistic(values: np.ndarray) -> np.ndarray:
+        if values.ndim != 3 or values.shape[2] != 4:
+            raise ValueError(f"POPE statistics take [B, n, 4] counts, got {values.shape}")
+        tp, fp, tn, fn = np.moveaxis(values.sum(axis=1), -1, 0)
+        total = tp + fp + tn + fn
+        precision, recall = _share(tp, tp + fp), _share(tp, tp + fn)
+        return {
+            "accuracy": lambda: _share(tp + tn, total),
+            "precision": lambda: precision,
+            "recall": lambda: recall,
+            "f1": lambda: _share(2 * precision * recall, precision + recall),
+            "yes_ratio": lambda: _share(tp + fp, total),
+        }[name]()
+
+    statistic.__name__ = f"pope_{name}"
+    return statistic

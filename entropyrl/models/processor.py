@@ -4,8 +4,9 @@ model type, named as verl expects (verl dispatches on the processor's class name
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-__all__ = ["IMAGE_ONLY_PROCESSORS", "image_only_processor_class"]
+__all__ = ["IMAGE_ONLY_PROCESSORS", "image_only_processor_class", "load_image_only_processor"]
 
 # model_type -> (processor module, processor class, model module, model class): what verl's
 # hf_processor binds (verl/utils/tokenizer/tokenizer.py), for the types without torchvision here.
@@ -61,3 +62,25 @@ def image_only_processor_class(model_type: str = "qwen2_vl") -> type:
     cls = type(class_name, (base,), {"__init__": __init__, "__module__": __name__})
     cls.__qualname__ = class_name
     return cls
+
+
+def load_image_only_processor(path: str, *, trust_remote_code: bool = False) -> Any:
+    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint's processor without torchvision: its
+    tokenizer and chat template, and its Pillow image processor as the checkpoint configures it
+    (patch size, pixel limits). None for other model types."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if config.model_type not in IMAGE_ONLY_PROCESSORS:
+        return None
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    processor = image_only_processor_class(config.model_type)(
+        image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+    )
+    processor.config = config
+    return processor

@@ -37,7 +37,8 @@ import types
 import warnings
 from typing import Any
 
-from entropyrl.models.processor import IMAGE_ONLY_PROCESSORS, image_only_processor_class
+from entropyrl.models.processor import IMAGE_ONLY_PROCESSORS
+from entropyrl.models.processor import load_image_only_processor as load_processor
 
 logger = logging.getLogger(__name__)
 
@@ -121,27 +122,13 @@ def _unpinned_offload() -> None:
 
 
 def load_image_only_processor(path: str, **kwargs: Any) -> Any:
-    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint's processor without torchvision (its Pillow
-    image processor as the checkpoint configures it), or None for other models."""
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
-    trust_remote_code = bool(kwargs.get("trust_remote_code", False))
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if config.model_type not in IMAGE_ONLY_PROCESSORS:
+    """`entropyrl.models.processor.load_image_only_processor` with what verl's workers call on a
+    processor: the model's `get_rope_index` (and `get_vision_position_ids`) bound to it."""
+    processor = load_processor(path, trust_remote_code=bool(kwargs.get("trust_remote_code")))
+    if processor is None:
         return None
-    _, _, model_module, model_class = IMAGE_ONLY_PROCESSORS[config.model_type]
+    _, _, model_module, model_class = IMAGE_ONLY_PROCESSORS[processor.config.model_type]
     model = getattr(importlib.import_module(model_module), model_class)
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
-    processor = image_only_processor_class(config.model_type)(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        chat_template=tokenizer.chat_template,
-    )
-    processor.config = config
     processor.get_rope_index = types.MethodType(model.get_rope_index, processor)
     if hasattr(model, "get_vision_position_ids"):
         processor.get_vision_position_ids = types.MethodType(

@@ -1,0 +1,195 @@
+"""Which images a hallucination evaluation uses, chosen so every model sees the same ones and none
+was trained on.
+
+CHAIR's protocol (Rohrbach et al. 2018; OPERA, VCD and most later papers) captions 500 COCO
+val2014 images. Papers draw them at random, and OPERA's seed does not even fix its set (it
+shuffles a directory listing, whose order the file system decides). Here the set is a function of
+its inputs: the held-out images that `entropyrl prepare coco` wrote to `test.parquet` (val2014
+images in neither the training nor the validation split), sorted by id, then
+`random.Random(seed).sample` of `n`; or a given list (a paper's released file). Either way the
+list is written beside the results.
+
+Karpathy's split puts 30,504 val2014 images ("restval") into training, so a val2014 list from a
+paper can hold training images: `check_held_out` refuses a list with any image of the training
+split, in one line naming how many and which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from entropyrl.data.io import InputFileError
+
+__all__ = [
+    "DEFAULT_NUM_IMAGES",
+    "DEFAULT_SEED",
+    "EvalImage",
+    "ProtocolError",
+    "check_held_out",
+    "read_image_list",
+    "read_split",
+    "sample_image_ids",
+]
+
+DEFAULT_NUM_IMAGES = 500
+DEFAULT_SEED = 0
+_FILE_ID = re.compile(r"(\d+)\.(?:jpe?g|png)$", re.IGNORECASE)
+
+
+class ProtocolError(ValueError):
+    """An image set that breaks the protocol (overlaps training, unknown images); one line."""
+
+
+@dataclass(frozen=True)
+class EvalImage:
+    """One image of a prepared split: its id, file, references and the split's prompt."""
+
+    image_id: int
+    path: str
+    references: tuple[str, ...]
+    prompt: str
+    source: str
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The user turn of a prepared row without its `<image>` placeholder."""
+    messages = list(prompt) if prompt is not None else []
+    users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    if len(users) != 1 or not isinstance(users[0].get("content"), str):
+        raise InputFileError("a row's prompt must hold one user turn with text content")
+    return users[0]["content"].replace("<image>", "").strip()
+
+
+def read_split(path: str | os.PathLike[str]) -> dict[int, EvalImage]:
+    """`{image_id: EvalImage}` of a split written by `entropyrl prepare coco` (one row per image:
+    its file, its reference captions, the prompt)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: not found (written by entropyrl prepare coco)")
+    table = pq.read_table(path, columns=["prompt", "images", "reward_model", "extra_info"])
+    images: dict[int, EvalImage] = {}
+    for number, row in enumerate(table.to_pylist(), 1):
+        where = f"{path}, row {number}"
+        try:
+            truth = json.loads(row["reward_model"]["ground_truth"])
+            image_id = int(truth["image_id"])
+            references = tuple(str(ref) for ref in truth["references"])
+            files = row["images"]
+            if not files or len(files) != 1:
+                raise ValueError("a caption row holds exactly one image")
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputFileError(f"{where}: not a prepared caption row ({error})") from None
+        if image_id in images:
+            raise InputFileError(f"{where}: image {image_id} appears twice")
+        file = files[0]
+        images[image_id] = EvalImage(
+            image_id=image_id,
+            path=file if isinstance(file, str) else str(file.get("image", file)),
+            references=references,
+            prompt=_prompt_text(row["prompt"]),
+            source=str((row.get("extra_info") or {}).get("source", "")),
+        )
+    if not images:
+        raise InputFileError(f"{path}: no rows")
+    return images
+
+
+def split_image_ids(path: str | os.PathLike[str]) -> set[int]:
+    """The image ids of a prepared split (its `reward_model` column only)."""
+    return set(read_split(path))
+
+
+def sample_image_ids(candidates: Iterable[int], n: int, seed: int = DEFAULT_SEED) -> list[int]:
+    """`n` ids drawn without replacement from the sorted candidates with `random.Random(seed)`,
+    returned sorted: a function of the candidate set, `n` and `seed` only."""
+    pool = sorted({int(image_id) for image_id in candidates})
+    if n < 1:
+        raise ValueError(f"the number of images must be >= 1, got {n}")
+    if n > len(pool):
+        raise ProtocolError(
+            f"{n} images asked for, but only {len(pool)} held-out images are prepared"
+        )
+    return sorted(random.Random(seed).sample(pool, n))
+
+
+def _image_id(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    match = _FILE_ID.search(text)
+    if match is None:
+        raise InputFileError(f"{where}: {text[:80]!r} is neither an image id nor a COCO file name")
+    return int(match.group(1))
+
+
+def read_image_list(path: str | os.PathLike[str]) -> list[int]:
+    """Image ids from a list file: JSON (a list of ids or COCO file names, or an object with
+    `image_ids`), JSON lines with `image_id` / `image`, or plain text (one id or file name a line,
+    `#` comments). The order is kept; a repeated image is an error."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: image list not found")
+    text = path.read_text(encoding="utf-8")
+    entries: list[tuple[Any, str]] = []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, Mapping):
+        data = data.get("image_ids")
+        if not isinstance(data, list):
+            raise InputFileError(f"{path}: a JSON object needs an 'image_ids' list")
+    if isinstance(data, list):
+        entries = [(value, f"{path}, item {i}") for i, value in enumerate(data, 1)]
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            value: Any = line
+            if line.startswith("{"):
+                record = json.loads(line)
+                value = record.get("image_id", record.get("image"))
+            entries.append((value, f"{path}, line {number}"))
+    ids: list[int] = []
+    seen: set[int] = set()
+    for value, where in entries:
+        image_id = _image_id(value, where)
+        if image_id in seen:
+            raise InputFileError(f"{where}: image {image_id} is listed twice")
+        seen.add(image_id)
+        ids.append(image_id)
+    if not ids:
+        raise InputFileError(f"{path}: no images listed")
+    return ids
+
+
+def check_held_out(
+    image_ids: Sequence[int], *, available: Mapping[int, Any], training: Iterable[int]
+) -> None:
+    """Refuse (ProtocolError, one line) a set with training images or images not prepared."""
+    training = set(training)
+    overlap = sorted(set(image_ids) & training)
+    if overlap:
+        raise ProtocolError(
+            f"{len(overlap)} of the {len(image_ids)} evaluation images are training images "
+            f"(e.g. {overlap[:5]}): a CHAIR set must be held out (Karpathy's restval puts "
+            "val2014 images into training); choose from the prepared test split instead"
+        )
+    missing = sorted(set(image_ids) - set(available))
+    if missing:
+        raise ProtocolError(
+            f"{len(missing)} of the {len(image_ids)} evaluation images are not in the prepared "
+            f"held-out split (e.g. {missing[:5]}); prepare them, or leave them out of the list"
+        )
