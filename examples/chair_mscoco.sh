@@ -34,6 +34,10 @@
 #   LORA_RANK           LoRA of this rank instead of full fine-tuning (default 0: off); the vision
 #                       tower keeps its weights; LORA_ALPHA (default 2 x rank), LORA_LR (default
 #                       1e-5); works with --smoke too (docs/lora.md)
+#   EXPERIMENT          entropyrl (the recipe, default), baseline (GRPO, no schedule), penalty
+#                       (GRPO, reward CIDEr-D - 1.0 x hallucinated mentions) or reversed (clean
+#                       0.5 / hallucinating 0.3): each under its own experiment name, compared
+#                       by examples/eval_chair_mscoco.sh
 #   SMOKE_MODEL         --smoke's tiny policy: qwen2_5_vl (the recipe's, default) or qwen3_vl
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
@@ -66,6 +70,8 @@ overrides=(
 mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
 er_lora_overrides vision
 overrides+=("${ER_LORA_OVERRIDES[@]}")
+er_caption_experiment
+overrides+=("${ER_EXPERIMENT_OVERRIDES[@]}")
 er_preflight chair_mscoco "${overrides[@]}" "${ER_ARGS[@]}"
 if er_smoke; then
   er_smoke_build

@@ -392,3 +392,31 @@ er_fc_main() {
     er_smoke_check function-calling
   fi
 }
+
+# EXPERIMENT: the captioning comparisons, each under its own trainer.experiment_name (so its
+# checkpoints land in their own folder, where examples/eval_chair_mscoco.sh finds them). Sets
+# ER_EXPERIMENT_OVERRIDES; the caller's overrides come after them and win.
+#   entropyrl  the recipe: per-sample eps_high from CHAIR_i (clean 0.3 / hallucinating 0.5),
+#              CIDEr-D reward (experiment chair_mscoco)
+#   baseline   GRPO: no schedule, eps_high 0.3 for every sample (chair_mscoco_baseline)
+#   penalty    GRPO with reward CIDEr-D - 1.0 x (hallucinated mentions), no schedule: the
+#              reward that lowered CHAIR in the study (chair_mscoco_penalty)
+#   reversed   the rule turned round: clean 0.5 / hallucinating 0.3 (chair_mscoco_reversed)
+er_caption_experiment() {
+  local kwargs=reward.custom_reward_function.reward_kwargs
+  case "${EXPERIMENT:-entropyrl}" in
+    entropyrl) ER_EXPERIMENT_OVERRIDES=() ;;
+    baseline)
+      ER_EXPERIMENT_OVERRIDES=(algorithm.clip_schedule.enable=false
+        trainer.experiment_name=chair_mscoco_baseline) ;;
+    penalty)
+      ER_EXPERIMENT_OVERRIDES=(algorithm.clip_schedule.enable=false "$kwargs.chair_weight=1.0"
+        "$kwargs.chair_penalty=count" trainer.experiment_name=chair_mscoco_penalty) ;;
+    reversed)
+      ER_EXPERIMENT_OVERRIDES=(algorithm.clip_schedule.direction=hallucinated_low
+        trainer.experiment_name=chair_mscoco_reversed) ;;
+    *)
+      echo "error: EXPERIMENT must be entropyrl, baseline, penalty or reversed, got '$EXPERIMENT'" >&2
+      exit 2 ;;
+  esac
+}

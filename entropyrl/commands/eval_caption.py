@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from entropyrl.data.io import InputFileError
 from entropyrl.files import json_dumps, write_json
 
 DEFAULT_TOKENS = (512, 64)
+DEFAULT_PROMPT = "Please describe this image in detail."
 POPE_TOKENS = 32
 CHECKPOINT_MARKERS = ("fsdp_config.json", "huggingface")
 PROCESSOR_FILES = (
@@ -157,7 +159,11 @@ def resolve_model(name: str, given: str, out: Path) -> ModelSource:
     return ModelSource(name, given, "hf", path=snapshot)
 
 
-def parse_models(entries: Sequence[str], out: Path) -> list[ModelSource]:
+def parse_models(
+    entries: Sequence[str], out: Path, problems: list[str] | None = None
+) -> list[ModelSource]:
+    """The `--model NAME=PATH` entries; with `problems` (a dry run) a model that cannot be
+    resolved is noted there and left out instead of stopping."""
     models: list[ModelSource] = []
     for entry in entries:
         name, sep, given = entry.partition("=")
@@ -167,8 +173,13 @@ def parse_models(entries: Sequence[str], out: Path) -> list[ModelSource]:
             raise EvalError(f"--model {entry!r}: NAME may hold letters, digits, '-', '_', '.'")
         if any(model.name == name for model in models):
             raise EvalError(f"--model {name} is given twice")
-        models.append(resolve_model(name, given, out))
-    if not models:
+        try:
+            models.append(resolve_model(name, given, out))
+        except EvalError as error:
+            if problems is None:
+                raise
+            problems.append(f"prerequisite not met: {error}")
+    if not models and problems is None:
         raise EvalError("no --model given (NAME=PATH; the first is the base of the comparison)")
     return models
 
@@ -242,6 +253,7 @@ class CaptionSet:
 @dataclass
 class Plan:
     out: Path
+    data: Path
     models: list[ModelSource]
     prompt: str
     images: dict[int, Any]  # image_id -> EvalImage (every split that can be asked about)
@@ -321,6 +333,8 @@ def _pope_questions(
 
     if args.no_pope:
         return {}, "off", "POPE left out (--no-pope)"
+    if not held_out:
+        return {}, "off", "POPE: planned once the prepared data is there"
     if args.pope_dir:
         questions: dict[str, list[Any]] = {}
         for setting in POPE_SETTINGS:
@@ -375,7 +389,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
     out = Path(args.out)
     data = Path(args.data)
-    held_out = read_split(data / "test.parquet")
+    notes: list[str] = []
+    try:
+        held_out = read_split(data / "test.parquet")
+    except InputFileError as error:
+        if not args.dry_run:
+            raise
+        notes.append(f"prerequisite not met: {error}")
+        held_out = {}
     images = dict(held_out)
     if (data / "val.parquet").is_file():
         images.update(read_split(data / "val.parquet"))
@@ -385,12 +406,20 @@ def make_plan(args: argparse.Namespace) -> Plan:
         training = set(train)
         if args.pope_dir:
             images.update(train)
-    prompts = {image.prompt for image in held_out.values()}
+    prompts = {image.prompt for image in held_out.values()} or {DEFAULT_PROMPT}
     prompt = args.prompt or sorted(prompts)[0]
-    chair_ids, chair_source = _choose_chair_images(args, held_out, training, images)
+    if held_out:
+        chair_ids, chair_source = _choose_chair_images(args, held_out, training, images)
+    else:  # a dry run without data: the plan, with the sample it would draw
+        chair_ids, chair_source = [], {"from": f"{args.num_images} drawn from test.parquet"}
     tokens = sorted(set(args.max_new_tokens), reverse=True)
     sets = [
-        CaptionSet("chair", chair_ids, budget, f"{len(chair_ids)} held-out images")
+        CaptionSet(
+            "chair",
+            chair_ids,
+            budget,
+            f"{len(chair_ids)} held-out images" if held_out else f"{args.num_images} images",
+        )
         for budget in tokens
     ]
     sources = {image.source for image in held_out.values()}
@@ -419,14 +448,20 @@ def make_plan(args: argparse.Namespace) -> Plan:
     backend = args.backend
     if backend == "auto":
         backend = "vllm" if gpus and _vllm_importable() else "transformers"
+        if backend == "transformers":
+            notes.append(
+                "backend auto: vllm on a GPU node with vLLM; here (no GPU or no vLLM) "
+                "transformers generate, on the CPU at float32: fine for the smoke, hours for a "
+                "3B model on 500 images"
+            )
     if backend not in BACKENDS:
         raise EvalError(f"--backend must be auto or one of {BACKENDS}, got {backend!r}")
-    models = parse_models(args.model, out)
-    notes = []
+    models = parse_models(args.model, out, notes if args.dry_run else None)
     if len(prompts) > 1:
         notes.append(f"the test split holds {len(prompts)} prompts; evaluating with {prompt!r}")
     return Plan(
         out=out,
+        data=data.resolve(),
         models=models,
         prompt=prompt,
         images=images,
@@ -454,6 +489,8 @@ def describe_plan(plan: Plan) -> str:
     per_model_tokens = sum(len(s.image_ids) * s.max_new_tokens for s in plan.caption_sets)
     per_model_tokens += plan.pope_requests() * POPE_TOKENS
     lines = [f"caption evaluation -> {plan.out}", "models (the first is the base):"]
+    if not plan.models:
+        lines.append("  (none usable: see the notes below)")
     lines += [f"  {model.name}: {model.describe()}" for model in plan.models]
     lines.append(f"prompt: {plan.prompt!r}, greedy decoding, the model's chat template")
     for caption_set in plan.caption_sets:
@@ -471,7 +508,7 @@ def describe_plan(plan: Plan) -> str:
     lines.append(plan.pope_note)
     lines.append(
         f"statistics: 95 % percentile bootstrap over images ({plan.resamples} resamples, "
-        f"seed {plan.seed}); paired differences from {plan.models[0].name}"
+        f"seed {plan.seed}); paired differences from the first model"
     )
     lines.append(
         f"generation per model: {plan.caption_requests()} captions + {plan.pope_requests()} "
@@ -580,9 +617,13 @@ def pending_work(plan: Plan, model: ModelSource) -> dict[str, Any]:
 
 def generate_for_model(plan: Plan, model: ModelSource) -> None:
     """Run the child that generates what `model` still lacks (nothing when all is there)."""
-    work = pending_work(plan, model)
     folder = plan.out / model.name
     folder.mkdir(parents=True, exist_ok=True)
+    for name in ("captions.jsonl", "pope.jsonl"):
+        path = folder / name
+        if path.is_file() and not path.read_bytes().endswith(b"\n") and path.stat().st_size:
+            _rewrite(path, read_rows(path))  # drop a line an interruption cut off
+    work = pending_work(plan, model)
     if not work["captions"] and not work["pope"] and (folder / "settings.json").is_file():
         print(f"{model.name}: all generations present, none redone", file=sys.stderr)
         return
@@ -836,6 +877,7 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
         }
     document = {
         "protocol": {
+            "data": str(plan.data),
             "prompt": plan.prompt,
             "decoding": "greedy",
             "caption_sets": [
@@ -1016,7 +1058,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _main_args(args: argparse.Namespace) -> int:
-    from entropyrl.data.io import InputFileError
     from entropyrl.evaluation.protocol import ProtocolError
 
     try:

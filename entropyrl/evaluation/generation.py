@@ -53,7 +53,7 @@ def _processor_pixels(image_processor: Any) -> dict[str, Any]:
     return {
         "min_pixels": getattr(image_processor, "min_pixels", None),
         "max_pixels": getattr(image_processor, "max_pixels", None),
-        "size": dict(size) if isinstance(size, dict) else size,
+        "size": {k: v for k, v in dict(size).items() if v is not None} if size else None,
     }
 
 

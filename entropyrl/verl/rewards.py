@@ -133,6 +133,7 @@ def caption_batcher(
     chair_weight: float,
     recall_weight: float,
     chair_timeout: float,
+    chair_penalty: str = "fraction",
     chair_retries: int,
     batch_window_s: float,
     max_batch: int,
@@ -145,6 +146,7 @@ def caption_batcher(
         chair_url,
         chair_weight,
         recall_weight,
+        chair_penalty,
         chair_timeout,
         chair_retries,
         batch_window_s,
@@ -172,6 +174,7 @@ def caption_batcher(
             client,
             chair_weight=chair_weight if client is not None else 0.0,
             recall_weight=recall_weight if client is not None else 0.0,
+            chair_penalty=chair_penalty,
         )
         batcher = CaptionBatcher(reward, batch_window_s=batch_window_s, max_batch=max_batch)
         _BATCHERS[key] = batcher
@@ -187,6 +190,7 @@ async def caption_score(
     cider_df: str | None = None,
     chair_weight: float = 0.0,
     recall_weight: float = 0.0,
+    chair_penalty: str = "fraction",
     chair_url: str | None = None,
     chair_timeout: float = 30.0,
     chair_retries: int = 2,
@@ -197,6 +201,9 @@ async def caption_score(
     """Caption reward for one rollout (see module docstring); settings come from `reward_kwargs`.
 
     cider_df: the document-frequency file of `entropyrl prepare coco` (required).
+    chair_weight, chair_penalty: the reward is CIDEr-D - chair_weight x penalty, the penalty
+        being the caption's CHAIR_i ("fraction") or its number of hallucinated mentions
+        ("count"); recall_weight adds that share of the image's objects named.
     chair_url: the CHAIR service (`$ENTROPYRL_CHAIR_URL` when unset; none: CIDEr-D only). Its
         bearer token comes from `$CHAIR_SERVER_TOKEN`, the variable the service reads. A token the
         service refuses stops the run (`ChairAuthError`): a wrong token is a setup error, not an
@@ -214,6 +221,7 @@ async def caption_score(
         chair_url=chair_url or os.environ.get(CHAIR_URL_ENV) or None,
         chair_weight=float(chair_weight),
         recall_weight=float(recall_weight),
+        chair_penalty=str(chair_penalty),
         chair_timeout=float(chair_timeout),
         chair_retries=int(chair_retries),
         batch_window_s=float(batch_window_s),
