@@ -224,7 +224,7 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
             required += ["clip/bound_mean", "clip/bound_min", "clip/bound_max"]
             required += ["actor/clip/frac_high", "actor/clip/frac_low", "chair/fallback_samples"]
         if caption:  # the reward's parts beside verl's critic/score
-            required.append("reward/cider/mean")
+            required += ["reward/cider/mean", "reward/words/mean"]
         if estimator in ENTROPY_ESTIMATORS:
             required.append("egpo/entropy/missing")
         if estimator == "egpo_ratio":

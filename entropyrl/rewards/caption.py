@@ -36,6 +36,7 @@ from entropyrl.rewards.scorer import (
     batch_size,
     same_length,
 )
+from entropyrl.rewards.text import normalize_caption
 
 __all__ = [
     "CAPTION_FIELDS",
@@ -46,7 +47,16 @@ __all__ = [
 ]
 
 # A caption's Score as verl's reward dict: the score, then its details in this order.
-CAPTION_FIELDS = ("score", "cider", "chair_i", "chair_s", "recall", "chair_ok", "chair_fallback")
+CAPTION_FIELDS = (
+    "score",
+    "cider",
+    "chair_i",
+    "chair_s",
+    "recall",
+    "words",
+    "chair_ok",
+    "chair_fallback",
+)
 
 
 @runtime_checkable
@@ -66,7 +76,8 @@ class CaptionRewardResult(Sequence[Score]):
     """Per-caption reward and its parts; every array has shape ``[B]``.
 
     As a sequence it holds each caption's `Score`: the details ``cider``, ``chair_i``,
-    ``chair_s``, ``recall`` (floats, NaN where CHAIR is missing), ``chair_ok`` and
+    ``chair_s``, ``recall`` (floats, NaN where CHAIR is missing), ``words`` (the caption's
+    length in words), ``chair_ok`` and
     ``chair_fallback`` (bools; verl's trainer counts the fallbacks in ``chair/fallback_samples``),
     and a reason where CHAIR did not count.
 
@@ -85,6 +96,8 @@ class CaptionRewardResult(Sequence[Score]):
     chair_requested: bool = False
     hallucinated: np.ndarray | None = None
     chair_fallback: np.ndarray | None = None
+    # caption length in words (CIDEr-D's tokens): shorter captions lower CHAIR by themselves
+    words: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -103,6 +116,7 @@ class CaptionRewardResult(Sequence[Score]):
             "chair_i": float(self.chair_i[i]),
             "chair_s": float(self.chair_s[i]),
             "recall": float(self.recall[i]),
+            "words": float(self.words[i]) if self.words is not None else float("nan"),
             "chair_ok": ok,
             "chair_fallback": fallback,
         }
@@ -226,6 +240,7 @@ class CaptionReward:
     ) -> CaptionRewardResult:
         batch = same_length(captions=captions, image_ids=image_ids, references=references)
         cider = self.cider.score_batch(captions, references)
+        words = np.array([len(normalize_caption(c).split()) for c in captions], dtype=np.float64)
         chair_i = np.full(batch, np.nan)
         chair_s = np.full(batch, np.nan)
         recall = np.full(batch, np.nan)
@@ -276,6 +291,7 @@ class CaptionReward:
             chair_requested=self.chair_client is not None,
             hallucinated=hallucinated if self.chair_client is not None else None,
             chair_fallback=chair_fallback if self.chair_client is not None else None,
+            words=words,
         )
 
     def score_batch(

@@ -107,7 +107,7 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
 
 # The caption reward's parts (`entropyrl.rewards.caption.CAPTION_FIELDS`) logged per step beside
 # verl's `critic/score`, so a user tuning `chair_weight` sees which part moved.
-REWARD_PARTS = ("cider", "chair_s", "recall")
+REWARD_PARTS = ("cider", "chair_s", "recall", "words")
 
 
 def reward_part_metrics(

@@ -103,9 +103,11 @@ def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service)
             "chair_i",
             "chair_s",
             "recall",
+            "words",
             "chair_ok",
             "chair_fallback",
         }
+        assert row["words"] == len(CAPTIONS[i][1].rstrip(".").split())
         assert row["chair_ok"] is True and row["chair_fallback"] is False
         assert row["score"] == pytest.approx(float(direct.scores[i]))
         assert row["chair_i"] == pytest.approx(float(direct.chair_i[i]))

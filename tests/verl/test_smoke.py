@@ -579,3 +579,52 @@ def test_cpu_run_without_smoke_points_to_it(repo_root, tmp_path):
     )
     assert_one_line_error(result, "nvidia-smi not found")
     assert "--smoke" in result.stderr
+
+
+# -- the hallucination evaluation of the caption smoke's checkpoint ------------------------------
+
+
+def test_eval_smoke_merges_the_checkpoint_and_evaluates_it_beside_its_base(
+    repo_root, caption_run, tmp_path
+):
+    """`bash examples/eval_chair_mscoco.sh --smoke`: verl's merger turns the caption smoke's
+    checkpoint into a model, which captions and answers POPE beside the base model on the
+    world's held-out images; every figure equals a recomputation from the written files."""
+    import importlib.util
+
+    run, _, _ = caption_run
+    out = tmp_path / "eval"
+    result = subprocess.run(
+        [
+            "bash",
+            str(repo_root / "examples" / "eval_chair_mscoco.sh"),
+            "--smoke",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SMOKE_RUN": str(run), "CHAIR_CACHE_DIR": str(tmp_path / "cache")},
+        cwd=repo_root,
+        timeout=SMOKE_TIMEOUT,
+    )
+    assert result.returncode == 0, tail(result)
+    for name in ("results.json", "table.md", "figure.png"):
+        assert (out / name).is_file()
+    for model in ("base", "entropyrl"):
+        assert (out / model / "captions.jsonl").stat().st_size > 0
+        assert (out / model / "pope.jsonl").stat().st_size > 0
+    results = json.loads((out / "results.json").read_text())
+    merged = results["models"]["entropyrl"]
+    assert merged["kind"] == "checkpoint" and merged["checkpoint"].endswith("global_step_3/actor")
+    assert (Path(merged["path"]) / "preprocessor_config.json").is_file() or (
+        Path(merged["path"]) / "processor_config.json"
+    ).is_file()
+    assert results["results"]["chair@512"]["images"] == 20  # the held-out test split
+    spec = importlib.util.spec_from_file_location(
+        "eval_caption_checks", repo_root / "tests" / "evaluation" / "test_eval_caption.py"
+    )
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    assets = Path(OmegaConf.load(run / "config.yaml").actor_rollout_ref.model.path).parent
+    checks.check_recomputation(out, assets / "world")
