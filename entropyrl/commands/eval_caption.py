@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,7 @@ CAPTION_COLUMNS = (
     ("CHAIR_i", "CHAIR_i %", 100.0, True),
     ("recall", "recall %", 100.0, False),
     ("length", "words", 1.0, None),
-    ("CIDEr-D", "CIDEr-D", 1.0, False),
+    ("CIDEr-D", "CIDEr-D", 100.0, False),
     ("BLEU-4", "BLEU-4", 100.0, False),
 )
 POPE_COLUMNS = (
@@ -670,6 +671,7 @@ def run_generation(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     folder = Path(spec["folder"])
+    started = time.perf_counter()
     captioner = load(
         spec["backend"],
         spec["model"],
@@ -678,12 +680,18 @@ def run_generation(spec_path: str) -> int:
         device=spec["device"],
     )
     settings = {"model": spec["model"], "prompt": spec["prompt"], **captioner.settings()}
-    write_json(settings, folder / "settings.json")
+    previous = folder / "settings.json"
+    # wall-clock seconds of each generation session (a resumed run adds one): the cost table
+    timing = json.loads(previous.read_text()).get("timing", []) if previous.is_file() else []
+    session = {"load_seconds": round(time.perf_counter() - started, 3), "captions": {}}
+    settings["timing"] = [*timing, session]
+    write_json(settings, previous)
     chunk = 1024 if spec["backend"] == "vllm" else 8 * spec["batch_size"]
     by_budget: dict[int, list[dict[str, Any]]] = {}
     for row in spec["captions"]:
         by_budget.setdefault(int(row["max_new_tokens"]), []).append(row)
     for budget, rows in by_budget.items():
+        clock = time.perf_counter()
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
             answers = captioner.generate(
@@ -701,7 +709,12 @@ def run_generation(spec_path: str) -> int:
                     for row, answer in zip(part, answers)
                 ],
             )
+        session["captions"][str(budget)] = {
+            "count": len(rows),
+            "seconds": round(time.perf_counter() - clock, 3),
+        }
     pope = spec["pope"]
+    clock = time.perf_counter()
     for start in range(0, len(pope), chunk):
         part = pope[start : start + chunk]
         answers = captioner.generate(
@@ -723,6 +736,8 @@ def run_generation(spec_path: str) -> int:
                 for row, answer in zip(part, answers)
             ],
         )
+    session["pope"] = {"count": len(pope), "seconds": round(time.perf_counter() - clock, 3)}
+    write_json(settings, previous)
     return 0
 
 
@@ -909,6 +924,7 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
         "results": results,
     }
     write_json(document, plan.out / "results.json")
+    tables.append(cost_table(settings))
     (plan.out / "table.md").write_text("\n".join(tables), encoding="utf-8")
     panels = []
     for caption_set in plan.caption_sets:
@@ -920,6 +936,45 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
         panels.append((f"POPE {setting} F1 %", results[f"pope/{setting}"]["models"], "f1", 100.0))
     draw_figure(panels, plan.out / "figure.png")
     return document
+
+
+def cost_table(settings: Mapping[str, Any]) -> str:
+    """Generation wall-clock per model (all sessions of a resumed run added): seconds per
+    caption at each length and per POPE answer, with the backend and device."""
+    lines = [
+        "### Cost",
+        "",
+        "| model | backend | captions | s / caption | POPE answers | s / answer |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, entry in settings.items():
+        generation = entry.get("generation") or {}
+        counts: dict[str, list[float]] = {}
+        pope = [0.0, 0.0]
+        for session in generation.get("timing", []):
+            for budget, part in session.get("captions", {}).items():
+                total = counts.setdefault(budget, [0.0, 0.0])
+                total[0] += part["count"]
+                total[1] += part["seconds"]
+            if "pope" in session:
+                pope[0] += session["pope"]["count"]
+                pope[1] += session["pope"]["seconds"]
+        captions = ", ".join(
+            f"{int(c)} at {b} tokens"
+            for b, (c, _) in sorted(counts.items(), key=lambda item: -int(item[0]))
+        )
+        per_caption = ", ".join(
+            f"{t / c:.3f} ({b})"
+            for b, (c, t) in sorted(counts.items(), key=lambda item: -int(item[0]))
+            if c
+        )
+        backend = f"{generation.get('backend', '?')} on {generation.get('device', 'GPUs')}"
+        per_answer = f"{pope[1] / pope[0]:.3f}" if pope[0] else "–"
+        lines.append(
+            f"| {name} | {backend} | {captions or '–'} | {per_caption or '–'} | "
+            f"{int(pope[0])} | {per_answer} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _write_image_list(plan: Plan) -> None:

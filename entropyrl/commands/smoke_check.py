@@ -36,13 +36,15 @@ ROLLOUT_PROBS_DIFF_MEAN = 0.02
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """verl file-logger rows `{"step": n, "data": {...}}`, one per step in step order; a step
-    logged twice (a run resumed after a crash) keeps its latest row."""
+    """verl file-logger rows `{"step": n, "data": {...}}`, one per step in step order. Rows of
+    the same step are merged, a later value winning: a resumed run logs its validation before
+    training at the step it resumed from, beside that step's training row."""
     rows: dict[int, dict[str, Any]] = {}
     for number, row in read_records(path):
         if not isinstance(row, dict) or "step" not in row or not isinstance(row.get("data"), dict):
             raise ValueError(f"{path}:{number}: expected {{'step': n, 'data': {{...}}}}")
-        rows[row["step"]] = row
+        merged = rows.setdefault(row["step"], {**row, "data": {}})
+        merged["data"].update(row["data"])
     return [rows[step] for step in sorted(rows)]
 
 

@@ -119,13 +119,14 @@ class MetricSpec:
     unit: str
 
 
-# Shown as percentages where papers do (CHAIR_s, CHAIR_i, recall) and as COCO's x1 CIDEr-D.
+# Shown x100 as papers show them: CHAIR_s, CHAIR_i and recall in percent, CIDEr-D and BLEU-4 as
+# on the COCO leaderboard (a raw CIDEr-D of 1.1 is 110).
 CAPTION_METRICS: dict[str, MetricSpec] = {
     "CHAIR_s": MetricSpec(mean, 100.0, True, "%"),
     "CHAIR_i": MetricSpec(ratio_of_sums, 100.0, True, "%"),
     "recall": MetricSpec(ratio_of_sums, 100.0, False, "%"),
     "length": MetricSpec(mean, 1.0, False, "words"),
-    "CIDEr-D": MetricSpec(mean, 1.0, False, ""),
+    "CIDEr-D": MetricSpec(mean, 100.0, False, ""),
     "BLEU-4": MetricSpec(bleu4, 100.0, False, ""),
 }
 

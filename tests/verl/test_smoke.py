@@ -152,13 +152,16 @@ def load_smoke_config_module():
 
 def test_a_killed_caption_smoke_resumes_where_it_stopped(caption_run):
     out, result, killed_rows = caption_run
-    assert [row["step"] for row in killed_rows][:2] == [1, 2]  # the killed run's steps
+    # the killed run's steps, after its validation before training (step 0)
+    assert [row["step"] for row in killed_rows][:3] == [0, 1, 2]
     assert "resuming the run in" in result.stderr and "after step 2" in result.stderr
     assert "smoke check passed: 3 steps" in result.stdout
     rows = read_metrics(out / "metrics.jsonl")
-    assert [row["step"] for row in rows] == [1, 2, 3]
-    for before, after in zip(killed_rows[:2], rows[:2]):  # kept, not trained again
+    assert [row["step"] for row in rows] == [0, 1, 2, 3]
+    for before, after in zip(killed_rows[1:3], rows[1:3]):  # kept, not trained again
         assert before["data"]["critic/score/mean"] == after["data"]["critic/score/mean"]
+    # the resumed run validated again before going on: its row joins step 2's
+    assert "val-core/coco_caption/reward/mean@1" in rows[2]["data"]
     runs = {row["step"]: row["run"] for row in trace.read(out / "trace", "driver")}
     assert runs[1] == runs[2] != runs[3]  # step 3 by the second run only
     # the terminal shows one line per step and the verdict, not verl's console
@@ -192,7 +195,9 @@ def test_caption_smoke_validates_and_checkpoints(caption_run):
         "global_step_2",
         "global_step_3",
     ]
-    for row in rows:
+    assert rows[0]["step"] == 0  # validation before training: the step-0 reference
+    assert math.isfinite(rows[0]["data"]["val-aux/coco_caption/chair_i/mean@1"])
+    for row in rows[1:]:
         assert row["data"]["chair/fallback_samples"] == 0
         assert row["data"]["training/rollout_probs_diff_mean"] < 0.02
 
