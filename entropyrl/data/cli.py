@@ -51,6 +51,13 @@ def register(subparsers: Any) -> None:
         "--no-check-images", action="store_true", help="do not require the image files to exist"
     )
     coco.add_argument("--no-chair", action="store_true", help="skip chair_ground_truth.json")
+    coco.add_argument(
+        "--hold-out",
+        default=None,
+        metavar="FILE",
+        help="images (ids or COCO file names, e.g. a paper's CHAIR or POPE list) kept out of "
+        "training: put into the test split whatever split they would have had",
+    )
     coco.set_defaults(func=_run_coco)
 
     fc = commands.add_parser(
@@ -145,7 +152,9 @@ def _report(summary: dict[str, Any]) -> None:
 @_converter(InputFileError)
 def _run_coco(args: argparse.Namespace) -> dict[str, Any]:
     from entropyrl.data.coco import DEFAULT_CAPTION_PROMPT, prepare_coco
+    from entropyrl.evaluation.protocol import read_image_list
 
+    hold_out = read_image_list(args.hold_out) if args.hold_out else None
     return prepare_coco(
         args.annotations,
         args.images,
@@ -156,6 +165,7 @@ def _run_coco(args: argparse.Namespace) -> dict[str, Any]:
         test_size=args.test_size,
         check_images=not args.no_check_images,
         chair_ground_truth=not args.no_chair,
+        hold_out=hold_out,
     )
 
 

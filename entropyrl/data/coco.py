@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,8 +177,13 @@ def prepare_coco(
     check_images: bool = True,
     chair_ground_truth: bool = True,
     data_source: str = "coco_caption",
+    hold_out: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """Write ``{train,val,test}.parquet``, ``cider_df.json.gz`` and ``chair_ground_truth.json``.
+
+    ``hold_out``: image ids put into the test split whatever split they would have had (a
+    paper's CHAIR or POPE images, so that training never sees them); ids not among the images
+    are named in the warnings.
 
     Images without references or (with ``check_images``) without a file are rejected and listed
     in ``out_dir/rejects.jsonl`` and the summary. Raises InputFileError for missing or malformed
@@ -219,6 +224,10 @@ def prepare_coco(
         seen.add(image.image_id)
         image.file_name = str(path.resolve())
         valid.append(image)
+    held = {int(image_id) for image_id in hold_out or ()}
+    for image in valid:
+        if image.image_id in held:
+            image.split = "test"
     # Split after rejecting, so val_size / test_size count usable images.
     _assign_val2014(valid, val_size, test_size)
     kept: dict[str, list[_Image]] = {split: [] for split in SPLITS}
@@ -258,6 +267,11 @@ def prepare_coco(
             path.unlink(missing_ok=True)
 
     warnings: list[str] = []
+    absent = sorted(held - {image.image_id for image in valid})
+    if absent:
+        warnings.append(
+            f"{len(absent)} held-out image(s) are not among the usable images, e.g. {absent[:5]}"
+        )
     if kept["train"]:
         cider = CiderD.from_references(
             {image.image_id: image.references for image in kept["train"]}
@@ -273,6 +287,7 @@ def prepare_coco(
         "source": source,
         "rows": {split: len(items) for split, items in kept.items()},
         "rows_rejected": len(rejects),
+        "held_out": len(held) - len(absent),
         "outputs": outputs,
         "rejects_file": str(rejects_file) if rejects_file else None,
         "first_rejects": rejects.first(20),

@@ -185,7 +185,8 @@ def check_held_out(
         raise ProtocolError(
             f"{len(overlap)} of the {len(image_ids)} evaluation images are training images "
             f"(e.g. {overlap[:5]}): a CHAIR set must be held out (Karpathy's restval puts "
-            "val2014 images into training); choose from the prepared test split instead"
+            "val2014 images into training); prepare the data with `entropyrl prepare coco "
+            "--hold-out LIST` to keep them out of training"
         )
     missing = sorted(set(image_ids) - set(available))
     if missing:

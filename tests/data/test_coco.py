@@ -120,6 +120,15 @@ def test_prepare_coco_with_karpathy(coco_dirs, tmp_path):
     assert rows(out / "val.parquet")[0]["prompt"][0]["content"] == "<image>Describe."
     assert rows(out / "test.parquet")[0]["extra_info"]["source"] == "karpathy"
     assert not (out / "chair_ground_truth.json").exists()
+    # a paper's list held out: the restval image leaves training for the test split
+    held = prepare_coco(
+        ann, img, tmp_path / "held", karpathy=karpathy, chair_ground_truth=False,
+        hold_out=[100, 999],
+    )  # fmt: skip
+    assert held["rows"] == {"train": 1, "val": 1, "test": 2}
+    assert held["held_out"] == 1 and "[999]" in " ".join(held["warnings"])
+    test_ids = {row["extra_info"]["image_id"] for row in rows(tmp_path / "held" / "test.parquet")}
+    assert test_ids == {100, 103}
 
 
 def test_missing_and_malformed_inputs(tmp_path, coco_dirs):
