@@ -163,6 +163,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder with POPE's released coco_pope_{random,popular,adversarial}.json",
     )
     parser.add_argument(
+        "--pope-sha256",
+        action="append",
+        metavar="SETTING=HEX",
+        help="expected sha256 of a released POPE file (repeat per setting); a mismatch stops",
+    )
+    parser.add_argument(
         "--pope-images",
         type=int,
         default=500,
@@ -186,11 +192,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _main_args(args: argparse.Namespace) -> int:
+    from entropyrl.evaluation.pope import ChecksumError
     from entropyrl.evaluation.protocol import ProtocolError
 
     try:
         return evaluate(args)
-    except (EvalError, ProtocolError, InputFileError) as error:
+    except (EvalError, ProtocolError, InputFileError, ChecksumError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -102,6 +102,21 @@ def _choose_chair_images(
     }
 
 
+def _expected_sha256(entries: list[str] | None) -> dict[str, str]:
+    """`--pope-sha256 SETTING=HEX` entries as {setting: hex}."""
+    from entropyrl.evaluation.pope import POPE_SETTINGS
+
+    expected = {}
+    for entry in entries or []:
+        setting, sep, digest = entry.partition("=")
+        if not sep or setting not in POPE_SETTINGS:
+            raise EvalError(
+                f"--pope-sha256 {entry!r}: expected SETTING=HEX, SETTING one of {POPE_SETTINGS}"
+            )
+        expected[setting] = digest
+    return expected
+
+
 def _pope_questions(
     args: argparse.Namespace,
     held_out: Mapping[int, Any],
@@ -120,10 +135,15 @@ def _pope_questions(
     if not held_out:
         return {}, "off", "POPE: planned once the prepared data is there"
     if args.pope_dir:
+        from entropyrl.evaluation.pope import file_sha256
+
+        expected = _expected_sha256(args.pope_sha256)
         questions: dict[str, list[Any]] = {}
+        digests = []
         for setting in POPE_SETTINGS:
             path = Path(args.pope_dir) / f"coco_pope_{setting}.json"
-            questions[setting] = load_pope_questions(path)
+            questions[setting] = load_pope_questions(path, expected_sha256=expected.get(setting))
+            digests.append(f"{path.name} sha256 {file_sha256(path)}")
         ids = {q.image_id for qs in questions.values() for q in qs}
         missing = sorted(ids - set(images))
         if missing:
@@ -132,7 +152,11 @@ def _pope_questions(
                 "POPE's images are val2014; prepare the data from the full val2014 folder"
             )
         seen = sorted(ids & training)
-        note = "POPE: the released question files (RUCAIBox/POPE output/coco)"
+        checked = "checked against --pope-sha256" if expected else "not checked: no --pope-sha256"
+        note = (
+            f"POPE: the released question files (RUCAIBox/POPE output/coco; {checked}; "
+            f"{'; '.join(digests)})"
+        )
         if seen:
             note += f"; {len(seen)} of its {len(ids)} images are training images of this data"
         return questions, "released", note

@@ -255,3 +255,51 @@ def test_dry_run_prints_the_plan_and_what_it_needs(world_and_models, tmp_path):
     assert "needs: vllm backend: 2 GPU(s)" in plan and "not enough" in plan
     assert "at most" in plan and "new tokens" in plan
     assert not (tmp_path / "out").exists()  # nothing merged, generated or written
+
+
+def write_released_pope(folder: Path, world: Path, test_ids: set[int]) -> None:
+    """Files in the layout of RUCAIBox/POPE's output/coco, built from the world's annotations."""
+    from entropyrl.evaluation.pope import POPE_SETTINGS, build_pope, coco_objects_by_image
+
+    objects = coco_objects_by_image(world / "instances_val2014.json")
+    objects = {image_id: names for image_id, names in objects.items() if image_id in test_ids}
+    folder.mkdir()
+    for setting in POPE_SETTINGS:
+        questions = build_pope(
+            objects, setting=setting, num_images=2, seed=5,
+            extra_categories=["car", "bird", "cat", "dog", "horse", "umbrella", "cup", "clock"],
+        )  # fmt: skip
+        lines = [json.dumps(q.to_pope()) for q in questions]
+        (folder / f"coco_pope_{setting}.json").write_text("\n".join(lines) + "\n")
+
+
+def test_released_pope_files_are_used_and_their_checksum_checked(world_and_models, tmp_path):
+    from entropyrl.evaluation.pope import file_sha256
+    from entropyrl.evaluation.protocol import read_split
+
+    test_ids = set(read_split(world_and_models / "data" / "test.parquet"))
+    pope = tmp_path / "pope"
+    write_released_pope(pope, world_and_models / "world", test_ids)
+    args = [
+        *COMMAND, "--model", f"base={world_and_models / 'base'}",
+        "--data", str(world_and_models / "data"), "--coco", str(world_and_models / "world"),
+        "--num-images", "2", "--max-new-tokens", "8", "--backend", "transformers",
+        "--resamples", "50", "--pope-dir", str(pope),
+    ]  # fmt: skip
+    wrong = ["--pope-sha256", "random=" + "0" * 64]
+    refused = subprocess.run(
+        [*args, "--out", str(tmp_path / "a"), *wrong], capture_output=True, text=True, timeout=300
+    )
+    assert refused.returncode == 2
+    assert "coco_pope_random.json: sha256" in refused.stderr.strip().splitlines()[-1]
+    right = ["--pope-sha256", f"random={file_sha256(pope / 'coco_pope_random.json')}"]
+    result = subprocess.run(
+        [*args, "--out", str(tmp_path / "b"), *right], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert results["protocol"]["pope"]["source"] == "released"
+    assert "checked against --pope-sha256" in results["protocol"]["pope"]["note"]
+    assert results["results"]["pope/adversarial"]["questions"] == 12
+    answered = read_jsonl(tmp_path / "b" / "base" / "pope.jsonl")
+    assert {row["question_id"] for row in answered if row["setting"] == "random"} == set(range(12))
