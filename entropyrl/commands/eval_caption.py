@@ -181,6 +181,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="vllm (GPUs), transformers (CPU or one GPU), auto: vllm when a GPU and vLLM are here",
     )
     parser.add_argument("--tensor-parallel-size", "--tp", type=int, default=1)
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=8192,
+        help="vllm backend: context length (image tokens + prompt + answer; default 8192)",
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="transformers backend batch")
     parser.add_argument("--device", default=None, help="transformers backend device")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")

@@ -110,6 +110,7 @@ def generate_for_model(plan: Plan, model: ModelSource) -> None:
         "model": model.path,
         "backend": plan.backend,
         "tensor_parallel_size": plan.tensor_parallel_size,
+        "max_model_len": plan.max_model_len,
         "batch_size": plan.batch_size,
         "device": plan.device,
         "prompt": plan.prompt,
@@ -154,6 +155,7 @@ def run_generation(spec_path: str) -> int:
         spec["backend"],
         spec["model"],
         tensor_parallel_size=spec["tensor_parallel_size"],
+        max_model_len=spec["max_model_len"],
         batch_size=spec["batch_size"],
         device=spec["device"],
     )

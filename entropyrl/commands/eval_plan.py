@@ -51,6 +51,7 @@ class Plan:
     ground_truth: str
     backend: str
     tensor_parallel_size: int
+    max_model_len: int
     batch_size: int
     device: str | None
     resamples: int
@@ -283,6 +284,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         ground_truth=ground_truth,
         backend=backend,
         tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=args.max_model_len,
         batch_size=args.batch_size,
         device=args.device,
         resamples=args.resamples,

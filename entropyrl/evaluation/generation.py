@@ -135,7 +135,7 @@ class VLLMCaptioner:
         model_path: str,
         *,
         tensor_parallel_size: int = 1,
-        max_model_len: int | None = None,
+        max_model_len: int | None = 8192,
         gpu_memory_utilization: float = 0.8,
     ) -> None:
         try:
@@ -156,6 +156,7 @@ class VLLMCaptioner:
             limit_mm_per_prompt={"image": 1},
         )
         self.tensor_parallel_size = tensor_parallel_size
+        self.max_model_len = max_model_len
 
     def generate(self, requests: Sequence[Request], max_new_tokens: int) -> list[str]:
         from vllm import SamplingParams
@@ -184,6 +185,7 @@ class VLLMCaptioner:
             "backend": "vllm",
             "vllm": vllm.__version__,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
             "decoding": "greedy",
             "image_preparation": pixel_limits(_patch_size(self.processor)),
             "processor_pixels": _processor_pixels(image_processor),
@@ -198,10 +200,15 @@ def load(
     tensor_parallel_size: int = 1,
     batch_size: int = 8,
     device: str | None = None,
+    max_model_len: int | None = 8192,
 ) -> Captioner:
-    """The captioner of `backend` ("vllm" or "transformers") for a local model folder."""
+    """The captioner of `backend` ("vllm" or "transformers") for a local model folder.
+    `max_model_len` bounds vLLM's context (prompt with the image's tokens + answer), so the KV
+    cache is sized for captions, not for the model's full context."""
     if backend == "vllm":
-        return VLLMCaptioner(model_path, tensor_parallel_size=tensor_parallel_size)
+        return VLLMCaptioner(
+            model_path, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len
+        )
     if backend == "transformers":
         return TransformersCaptioner(model_path, device=device, batch_size=batch_size)
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
