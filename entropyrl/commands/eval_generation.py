@@ -143,6 +143,14 @@ def _append(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         os.fsync(handle.fileno())
 
 
+CAPTION_FIELDS = ("set", "max_new_tokens", "image_id")
+POPE_FIELDS = ("setting", "question_id", "image_id", "question", "object", "label")
+
+
+def _pick(row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    return {field: row[field] for field in fields}
+
+
 def run_generation(spec_path: str) -> int:
     """The child: load the model once, generate in chunks, append each chunk to its file."""
     from entropyrl.evaluation.generation import Request, load
@@ -167,56 +175,34 @@ def run_generation(spec_path: str) -> int:
     settings["timing"] = [*timing, session]
     write_json(settings, previous)
     chunk = 1024 if spec["backend"] == "vllm" else 8 * spec["batch_size"]
+
+    def answer(rows: list[dict[str, Any]], text: Any, budget: int, path: Path, row_of: Any):
+        """Generate for `rows` chunk by chunk, appending `row_of(row, answer)` to `path`."""
+        clock = time.perf_counter()
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            answers = captioner.generate([Request(row["image"], text(row)) for row in part], budget)
+            _append(path, [row_of(row, answer) for row, answer in zip(part, answers)])
+        return {"count": len(rows), "seconds": round(time.perf_counter() - clock, 3)}
+
     by_budget: dict[int, list[dict[str, Any]]] = {}
     for row in spec["captions"]:
         by_budget.setdefault(int(row["max_new_tokens"]), []).append(row)
     for budget, rows in by_budget.items():
-        clock = time.perf_counter()
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            answers = captioner.generate(
-                [Request(row["image"], spec["prompt"]) for row in part], budget
-            )
-            _append(
-                folder / "captions.jsonl",
-                [
-                    {
-                        "set": row["set"],
-                        "max_new_tokens": budget,
-                        "image_id": row["image_id"],
-                        "caption": answer,
-                    }
-                    for row, answer in zip(part, answers)
-                ],
-            )
-        session["captions"][str(budget)] = {
-            "count": len(rows),
-            "seconds": round(time.perf_counter() - clock, 3),
-        }
-    pope = spec["pope"]
-    clock = time.perf_counter()
-    for start in range(0, len(pope), chunk):
-        part = pope[start : start + chunk]
-        answers = captioner.generate(
-            [Request(row["image"], row["question"]) for row in part], POPE_TOKENS
+        session["captions"][str(budget)] = answer(
+            rows,
+            lambda row: spec["prompt"],
+            budget,
+            folder / "captions.jsonl",
+            lambda row, text: {**_pick(row, CAPTION_FIELDS), "caption": text},
         )
-        _append(
-            folder / "pope.jsonl",
-            [
-                {
-                    "setting": row["setting"],
-                    "question_id": row["question_id"],
-                    "image_id": row["image_id"],
-                    "question": row["question"],
-                    "object": row["object"],
-                    "label": row["label"],
-                    "answer": answer,
-                    "parsed": parse_answer(answer),
-                }
-                for row, answer in zip(part, answers)
-            ],
-        )
-    session["pope"] = {"count": len(pope), "seconds": round(time.perf_counter() - clock, 3)}
+    session["pope"] = answer(
+        spec["pope"],
+        lambda row: row["question"],
+        POPE_TOKENS,
+        folder / "pope.jsonl",
+        lambda row, text: {**_pick(row, POPE_FIELDS), "answer": text, "parsed": parse_answer(text)},
+    )
     write_json(settings, previous)
     return 0
 

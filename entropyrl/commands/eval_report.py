@@ -252,19 +252,3 @@ def cost_table(settings: Mapping[str, Any]) -> str:
             f"{int(pope[0])} | {per_answer} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _write_image_list(plan: Plan) -> None:
-    """images.json beside the results; a later run with the same --out must use the same set."""
-    path = plan.out / "images.json"
-    payload = {"image_ids": plan.chair_ids, **plan.chair_source}
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        if saved.get("image_ids") != plan.chair_ids:
-            raise EvalError(
-                f"{path} lists another image set: the results in {plan.out} belong to it; use "
-                f"another --out, or --image-list {path} to evaluate on the same images"
-            )
-        return
-    plan.out.mkdir(parents=True, exist_ok=True)
-    write_json(payload, path)
