@@ -40,12 +40,15 @@ class ModelSource:
 
     name: str
     given: str
-    kind: str  # "hf" (used as is) or "checkpoint" (merged first)
+    kind: str  # "hf" (used as is), "checkpoint" (merged first), "missing" (a dry run's)
     checkpoint: str | None = None  # the verl actor folder
     lora: bool = False
     path: str | None = None  # the Hugging Face folder (after merging)
+    problem: str | None = None  # why a "missing" model cannot be used here
 
     def describe(self) -> str:
+        if self.kind == "missing":
+            return f"{self.given} (prerequisite not met: {self.problem})"
         if self.kind == "hf":
             return f"{self.path} (Hugging Face model, used as it is)"
         how = (
@@ -65,8 +68,13 @@ def _latest_step(run: Path) -> Path | None:
     return max(steps, key=lambda step: int(step.name.split("_")[-1]), default=None)
 
 
+def _hub_style(given: str) -> bool:
+    """`owner/name`, as a Hugging Face hub id is written (not a path)."""
+    return given.count("/") == 1 and not given.startswith(("/", ".", "~"))
+
+
 def _hub_snapshot(given: str) -> str | None:
-    if given.count("/") != 1 or given.startswith(("/", ".")):
+    if not _hub_style(given):
         return None
     try:
         from huggingface_hub import snapshot_download
@@ -101,6 +109,8 @@ def resolve_model(name: str, given: str, out: Path) -> ModelSource:
         return ModelSource(
             name, given, "checkpoint", checkpoint=str(actor.resolve()), lora=lora, path=str(merged)
         )
+    if not _hub_style(given):
+        raise EvalError(f"model {name}={given}: no such folder")
     snapshot = _hub_snapshot(given)
     if snapshot is None:
         raise EvalError(
@@ -110,11 +120,9 @@ def resolve_model(name: str, given: str, out: Path) -> ModelSource:
     return ModelSource(name, given, "hf", path=snapshot)
 
 
-def parse_models(
-    entries: Sequence[str], out: Path, problems: list[str] | None = None
-) -> list[ModelSource]:
-    """The `--model NAME=PATH` entries; with `problems` (a dry run) a model that cannot be
-    resolved is noted there and left out instead of stopping."""
+def parse_models(entries: Sequence[str], out: Path, *, dry_run: bool = False) -> list[ModelSource]:
+    """The `--model NAME=PATH` entries; in a dry run (`dry_run`) a model that cannot be
+    resolved is kept as "missing", with the reason, instead of stopping."""
     models: list[ModelSource] = []
     for entry in entries:
         name, sep, given = entry.partition("=")
@@ -127,10 +135,10 @@ def parse_models(
         try:
             models.append(resolve_model(name, given, out))
         except EvalError as error:
-            if problems is None:
+            if not dry_run:
                 raise
-            problems.append(f"prerequisite not met: {error}")
-    if not models and problems is None:
+            models.append(ModelSource(name, given, "missing", problem=str(error)))
+    if not models and not dry_run:
         raise EvalError("no --model given (NAME=PATH; the first is the base of the comparison)")
     return models
 

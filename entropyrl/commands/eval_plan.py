@@ -28,10 +28,15 @@ class CaptionSet:
     image_ids: list[int]
     max_new_tokens: int
     description: str
+    planned: int = 0  # images it will hold, for a dry run before the data is prepared
 
     @property
     def key(self) -> str:
         return f"{self.name}@{self.max_new_tokens}"
+
+    @property
+    def size(self) -> int:
+        return len(self.image_ids) or self.planned
 
 
 @dataclass
@@ -58,12 +63,13 @@ class Plan:
     seed: int
     gpus: int
     notes: list[str] = field(default_factory=list)
+    pope_planned: int = 0  # POPE questions a dry run before the data is prepared expects
 
     def caption_requests(self) -> int:
-        return sum(len(s.image_ids) for s in self.caption_sets)
+        return sum(s.size for s in self.caption_sets)
 
     def pope_requests(self) -> int:
-        return sum(len(questions) for questions in self.pope.values())
+        return sum(len(questions) for questions in self.pope.values()) or self.pope_planned
 
 
 def _gpu_count() -> int:
@@ -134,9 +140,12 @@ def _pope_questions(
     if args.no_pope:
         return {}, "off", "POPE left out (--no-pope)"
     if not held_out:
-        return {}, "off", "POPE: planned once the prepared data is there"
+        if args.pope_dir or args.coco:
+            how = "the released files" if args.pope_dir else f"rebuilt from {args.coco}"
+            return {}, "planned", f"POPE ({how}): read once the prepared data is there"
+        return {}, "off", "POPE left out: give --pope-dir (released files) or --coco (rebuild)"
     if args.pope_dir:
-        from entropyrl.evaluation.pope import file_sha256
+        from entropyrl.evaluation.pope import file_sha256, released_set_problems
 
         expected = _expected_sha256(args.pope_sha256)
         questions: dict[str, list[Any]] = {}
@@ -154,8 +163,15 @@ def _pope_questions(
             )
         seen = sorted(ids & training)
         checked = "checked against --pope-sha256" if expected else "not checked: no --pope-sha256"
+        problems = released_set_problems(questions)
+        shape = (
+            "NOT the released files' shape, not comparable with papers: " + "; ".join(problems)
+            if problems
+            else "the released shape: 3 x 3,000 questions over the same 500 images, "
+            "3 present + 3 absent objects each"
+        )
         note = (
-            f"POPE: the released question files (RUCAIBox/POPE output/coco; {checked}; "
+            f"POPE: the released question files (RUCAIBox/POPE output/coco; {shape}; {checked}; "
             f"{'; '.join(digests)})"
         )
         if seen:
@@ -228,6 +244,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             chair_ids,
             budget,
             f"{len(chair_ids)} held-out images" if held_out else f"{args.num_images} images",
+            planned=0 if held_out else args.num_images,
         )
         for budget in tokens
     ]
@@ -242,12 +259,23 @@ def make_plan(args: argparse.Namespace) -> Plan:
             "tokenisation, see docs/hallucination_eval.md); on the CHAIR images only within "
             "this project"
         )
+    elif not held_out:
+        quality_note = (
+            "CIDEr-D and BLEU-4 on Karpathy's test split too when the prepared data comes from "
+            "dataset_coco.json, else on the CHAIR images only"
+        )
     else:
         quality_note = (
             "CIDEr-D and BLEU-4 on the CHAIR images (no dataset_coco.json: not Karpathy's test "
             "split), comparable within this project only"
         )
     pope, pope_source, pope_note = _pope_questions(args, held_out, training, images)
+    pope_planned = 0
+    if pope_source == "planned":
+        from entropyrl.evaluation.pope import POPE_SETTINGS, RELEASED_IMAGES, RELEASED_PER_IMAGE
+
+        per_setting = RELEASED_IMAGES if args.pope_dir else args.pope_images
+        pope_planned = len(POPE_SETTINGS) * RELEASED_PER_IMAGE * per_setting
     if args.coco:
         ground_truth = f"COCO instances + captions in {args.coco} (the original CHAIR code's)"
     else:
@@ -265,7 +293,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             )
     if backend not in BACKENDS:
         raise EvalError(f"--backend must be auto or one of {BACKENDS}, got {backend!r}")
-    models = parse_models(args.model, out, notes if args.dry_run else None)
+    models = parse_models(args.model, out, dry_run=args.dry_run)
     if len(prompts) > 1:
         notes.append(f"the test split holds {len(prompts)} prompts; evaluating with {prompt!r}")
     return Plan(
@@ -291,16 +319,17 @@ def make_plan(args: argparse.Namespace) -> Plan:
         seed=args.seed,
         gpus=gpus,
         notes=notes,
+        pope_planned=pope_planned,
     )
 
 
 def describe_plan(plan: Plan) -> str:
     """What the run will do and need, for `--dry-run` and the log."""
-    per_model_tokens = sum(len(s.image_ids) * s.max_new_tokens for s in plan.caption_sets)
+    per_model_tokens = sum(s.size * s.max_new_tokens for s in plan.caption_sets)
     per_model_tokens += plan.pope_requests() * POPE_TOKENS
     lines = [f"caption evaluation -> {plan.out}", "models (the first is the base):"]
     if not plan.models:
-        lines.append("  (none usable: see the notes below)")
+        lines.append("  (none given)")
     lines += [f"  {model.name}: {model.describe()}" for model in plan.models]
     lines.append(f"prompt: {plan.prompt!r}, greedy decoding, the model's chat template")
     for caption_set in plan.caption_sets:
@@ -315,13 +344,15 @@ def describe_plan(plan: Plan) -> str:
     if plan.pope:
         counts = ", ".join(f"{s} {len(q)}" for s, q in plan.pope.items())
         lines.append(f"POPE ({plan.pope_source}): {counts} questions, {POPE_TOKENS} new tokens")
+    elif plan.pope_planned:
+        lines.append(f"POPE: about {plan.pope_planned:,} questions, {POPE_TOKENS} new tokens")
     lines.append(plan.pope_note)
     lines.append(
         f"statistics: 95 % percentile bootstrap over images ({plan.resamples} resamples, "
         f"seed {plan.seed}); paired differences from the first model"
     )
     lines.append(
-        f"generation per model: {plan.caption_requests()} captions + {plan.pope_requests()} "
+        f"generation per model: {plan.caption_requests():,} captions + {plan.pope_requests():,} "
         f"POPE answers, at most {per_model_tokens:,} new tokens; {len(plan.models)} model(s)"
     )
     if plan.backend == "vllm":
@@ -336,6 +367,9 @@ def describe_plan(plan: Plan) -> str:
             f"needs: transformers backend on {device} (batch {plan.batch_size}); "
             f"{plan.gpus} GPU(s) here"
         )
+    missing = [m.name for m in plan.models if m.kind == "missing"]
+    if missing:
+        lines.append(f"not ready: {', '.join(missing)} (see above); the run would stop there")
     merges = [m for m in plan.models if m.kind == "checkpoint"]
     if merges:
         lines.append(

@@ -45,6 +45,7 @@ __all__ = [
     "pope_metrics",
     "pope_question_text",
     "pope_statistic",
+    "released_set_problems",
     "verify_checksum",
 ]
 
@@ -57,6 +58,11 @@ POPE_TEMPLATE = "Is there a {} in the image?"
 # the released files themselves once they are at hand; empty until then, so nothing is checked
 # by default. A value here is verified by `load_pope_questions` on every load of that file.
 POPE_SHA256: dict[str, str] = {}
+
+# The released COCO files' shape (Li et al. 2023, section 4.1): per setting 3,000 questions over
+# the same 500 val2014 images, each image asked about 3 present and 3 absent objects.
+RELEASED_IMAGES = 500
+RELEASED_PER_IMAGE = 6
 
 _QUESTION = re.compile(r"^Is there an? (?P<object>.+) in the image\?$")
 _IMAGE_ID = re.compile(r"(\d+)\.[A-Za-z]+$")
@@ -186,6 +192,48 @@ def load_pope_questions(
     if not questions:
         raise InputFileError(f"{path}: no questions")
     return questions
+
+
+def released_set_problems(questions: Mapping[str, Sequence[PopeQuestion]]) -> list[str]:
+    """How `{setting: questions}` differs from the released COCO files' shape; [] when it has it.
+
+    The released files hold, per setting, 3,000 questions over the same 500 images, 3 "yes" and
+    3 "no" per image, every text in POPE's template. A truncated download, a file of another
+    benchmark or a hand-made subset shows here; the order of questions is not checked (the
+    released files ask the 3 present objects first, the newer code alternates).
+    """
+    problems: list[str] = []
+    image_sets: dict[str, frozenset[int]] = {}
+    for setting in POPE_SETTINGS:
+        asked = questions.get(setting)
+        if not asked:
+            problems.append(f"{setting}: missing")
+            continue
+        per_image: dict[int, list[str]] = {}
+        for question in asked:
+            per_image.setdefault(question.image_id, []).append(question.label)
+        image_sets[setting] = frozenset(per_image)
+        want = RELEASED_IMAGES * RELEASED_PER_IMAGE
+        if len(asked) != want or len(per_image) != RELEASED_IMAGES:
+            problems.append(
+                f"{setting}: {len(asked):,} questions over {len(per_image)} images "
+                f"(released: {want:,} over {RELEASED_IMAGES})"
+            )
+        unbalanced = [
+            image_id
+            for image_id, labels in per_image.items()
+            if sorted(labels) != ["no"] * 3 + ["yes"] * 3
+        ]
+        if unbalanced:
+            problems.append(
+                f"{setting}: {len(unbalanced)} images without 3 yes + 3 no (e.g. {unbalanced[0]})"
+            )
+        off_template = sum(question.object is None for question in asked)
+        if off_template:
+            problems.append(f"{setting}: {off_template} questions outside POPE's template")
+    if len(set(image_sets.values())) > 1:
+        problems.append("the settings ask about different images (released: the same 500)")
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ path (verl's model merger) runs in tests/verl/test_smoke.py on the caption smoke
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +258,27 @@ def test_dry_run_prints_the_plan_and_what_it_needs(world_and_models, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing merged, generated or written
 
 
+def test_dry_run_before_anything_is_there_still_plans_the_protocol(tmp_path):
+    result = subprocess.run(
+        [*COMMAND, "--dry-run", "--model", "base=Qwen/Qwen2.5-VL-3B-Instruct",
+         "--model", f"rl={tmp_path / 'no_run'}", "--data", str(tmp_path / "no_data"),
+         "--pope-dir", str(tmp_path / "no_pope"), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = result.stderr
+    assert "captions chair@512: 500 images" in plan and "captions chair@64: 500 images" in plan
+    assert "POPE: about 9,000 questions" in plan
+    # 500 x 512 + 500 x 64 caption tokens, 9,000 x 32 POPE tokens
+    assert "1,000 captions + 9,000 POPE answers, at most 576,000 new tokens" in plan
+    assert "base: Qwen/Qwen2.5-VL-3B-Instruct (prerequisite not met:" in plan
+    assert "not ready: base, rl" in plan
+    assert f"rl: {tmp_path / 'no_run'} (prerequisite not met: model rl=" in plan
+    assert "no_run: no such folder)" in plan
+    assert "test.parquet: not found" in plan
+    assert not (tmp_path / "out").exists()
+
+
 def write_released_pope(folder: Path, world: Path, test_ids: set[int]) -> None:
     """Files in the layout of RUCAIBox/POPE's output/coco, built from the world's annotations."""
     from entropyrl.evaluation.pope import POPE_SETTINGS, build_pope, coco_objects_by_image
@@ -299,7 +321,12 @@ def test_released_pope_files_are_used_and_their_checksum_checked(world_and_model
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "b" / "results.json").read_text())
     assert results["protocol"]["pope"]["source"] == "released"
-    assert "checked against --pope-sha256" in results["protocol"]["pope"]["note"]
+    note = results["protocol"]["pope"]["note"]
+    assert "checked against --pope-sha256" in note
+    # two images, not the released 500: said in the results and the table
+    assert "NOT the released files' shape" in note
+    assert "random: 12 questions over 2 images (released: 3,000 over 500)" in note
+    assert "NOT the released files' shape" in (tmp_path / "b" / "table.md").read_text()
     assert results["results"]["pope/adversarial"]["questions"] == 12
     answered = read_jsonl(tmp_path / "b" / "base" / "pope.jsonl")
     assert {row["question_id"] for row in answered if row["setting"] == "random"} == set(range(12))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from entropyrl.evaluation.pope import (
     parse_answer,
     pope_metrics,
     pope_question_text,
+    released_set_problems,
     verify_checksum,
 )
 
@@ -212,6 +215,57 @@ def test_no_invented_checksums():
     assert isinstance(pope.POPE_SHA256, dict)
     for name, digest in pope.POPE_SHA256.items():
         assert name.endswith(".json") and len(digest) == 64
+
+
+# The first image of the released coco_pope_random.json as it is there: the three present
+# objects asked first, then the three absent ones (the builder alternates; both are accepted).
+RELEASED_FIRST_IMAGE = [
+    ("dining table", "yes"), ("sandwich", "yes"), ("bottle", "yes"),
+    ("tv", "no"), ("orange", "no"), ("zebra", "no"),
+]  # fmt: skip
+
+
+def released_like(seed: int = 0) -> dict[str, list]:
+    """Three settings in the released shape, rebuilt over 500 hand-made images."""
+    rng = random.Random(seed)
+    names = [f"thing {k}" for k in range(40)]
+    objects = {100 + i: rng.sample(names, rng.randint(3, 6)) for i in range(520)}
+    return {s: build_pope(objects, setting=s, num_images=500, seed=seed) for s in POPE_SETTINGS}
+
+
+def test_the_released_shape_is_recognised():
+    sets = released_like()
+    assert released_set_problems(sets) == []
+    first = sets["random"][0].image_id
+    grouped = [
+        replace(q, object=name, text=pope_question_text(name), label=label)
+        for q, (name, label) in zip(sets["random"][:6], RELEASED_FIRST_IMAGE)
+    ]
+    assert {q.image_id for q in grouped} == {first}
+    assert released_set_problems({**sets, "random": grouped + sets["random"][6:]}) == []
+
+
+def test_what_is_not_the_released_shape_is_named():
+    sets = released_like()
+    truncated = {**sets, "popular": sets["popular"][:-4]}
+    cut = sets["popular"][-1].image_id
+    assert released_set_problems(truncated) == [
+        "popular: 2,996 questions over 500 images (released: 3,000 over 500)",
+        f"popular: 1 images without 3 yes + 3 no (e.g. {cut})",
+    ]
+    other_images = {**sets, "adversarial": released_like(seed=1)["adversarial"]}
+    assert released_set_problems(other_images) == [
+        "the settings ask about different images (released: the same 500)"
+    ]
+    reworded = [replace(sets["random"][0], text="Do you see it?"), *sets["random"][1:]]
+    reworded = [replace(q, object=None) if q.text == "Do you see it?" else q for q in reworded]
+    assert released_set_problems({**sets, "random": reworded}) == [
+        "random: 1 questions outside POPE's template"
+    ]
+    assert released_set_problems({"random": sets["random"]}) == [
+        "popular: missing",
+        "adversarial: missing",
+    ]
 
 
 # ----------------------------------------------------------------------------- the rebuild
