@@ -38,7 +38,7 @@ er_parse_args() {
         ;;
       --ranks=*) ER_RANKS="${1#--ranks=}" ;;
       -h | --help)
-        sed -n '2,/^set -/p' "$0" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
+        er_print_help
         exit 0
         ;;
       *) ER_ARGS+=("$1") ;;
@@ -54,6 +54,8 @@ er_parse_args() {
   fi
 }
 
+# The calling script's header comment (its lines up to `set -`), as its --help.
+er_print_help() { sed -n '2,/^set -/p' "$0" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'; }
 er_dry_run() { [ "$ER_DRY_RUN" = "1" ]; }
 er_smoke() { [ "$ER_SMOKE" = "1" ]; }
 

@@ -46,7 +46,7 @@ while [ "$#" -gt 0 ]; do
       ;;
     --out=*) out="${1#--out=}" ;;
     -h | --help)
-      sed -n '2,/^set -/p' "$0" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
+      er_print_help
       exit 0
       ;;
     *) passthrough+=("$1") ;;
