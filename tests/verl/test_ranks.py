@@ -171,7 +171,10 @@ def two_ranks(repo_root, smoke_cache, tmp_path_factory, one_rank) -> Path:
 
 
 def metrics(out: Path) -> dict[int, dict[str, float]]:
-    return {row["step"]: row["data"] for row in read_metrics(out / "metrics.jsonl")}
+    """The training steps' metrics; step 0 is the validation before training (checked)."""
+    rows = {row["step"]: row["data"] for row in read_metrics(out / "metrics.jsonl")}
+    assert "val-core/coco_caption/reward/mean@1" in rows.pop(0)
+    return rows
 
 
 def driver_rows(out: Path) -> dict[tuple[int, str], dict]:

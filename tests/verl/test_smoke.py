@@ -85,18 +85,32 @@ def smoke_cache(tmp_path_factory) -> Path:
 RESUMED_STEPS = ("trainer.total_training_steps=3", "trainer.save_freq=1")
 
 
+def step_logged(metrics: Path, step: int) -> bool:
+    """Whether the file logger has written `step`'s training row (verl saves a step's
+    checkpoint before it logs the step, so a kill in between loses that row for good)."""
+    if not metrics.is_file():
+        return False
+    lines = metrics.read_text().splitlines()
+    return any(
+        row.get("step") == step and "critic/score/mean" in row.get("data", {})
+        for row in (json.loads(line) for line in lines if line.endswith("}"))
+    )
+
+
 def run_until_checkpoint(command: list[str], env: dict, out: Path, step: int) -> int:
     """Start the smoke, SIGKILL its trainer (the whole process group) once the checkpoint of
-    `step` is complete, and return the script's exit status."""
+    `step` is complete and the step is logged, and return the script's exit status."""
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     deadline = time.monotonic() + SMOKE_TIMEOUT
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            if latest.is_file() and latest.read_text().strip() == str(step):
+            saved = latest.is_file() and latest.read_text().strip()
+            if saved == str(step) and step_logged(out / "metrics.jsonl", step):
                 os.killpg(int((out / "trainer.pid").read_text()), signal.SIGKILL)
                 break
-            time.sleep(0.5)
+            assert saved in (False, "", *map(str, range(step + 1))), f"ran past step {step}"
+            time.sleep(0.2)
         output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
