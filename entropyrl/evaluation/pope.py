@@ -219,14 +219,16 @@ def released_set_problems(questions: Mapping[str, Sequence[PopeQuestion]]) -> li
                 f"{setting}: {len(asked):,} questions over {len(per_image)} images "
                 f"(released: {want:,} over {RELEASED_IMAGES})"
             )
+        half = RELEASED_PER_IMAGE // 2
         unbalanced = [
             image_id
             for image_id, labels in per_image.items()
-            if sorted(labels) != ["no"] * 3 + ["yes"] * 3
+            if sorted(labels) != ["no"] * half + ["yes"] * half
         ]
         if unbalanced:
             problems.append(
-                f"{setting}: {len(unbalanced)} images without 3 yes + 3 no (e.g. {unbalanced[0]})"
+                f"{setting}: {len(unbalanced)} images without {half} yes + {half} no "
+                f"(e.g. {unbalanced[0]})"
             )
         off_template = sum(question.object is None for question in asked)
         if off_template:
