@@ -32,6 +32,7 @@ import torch
 from omegaconf import OmegaConf
 
 from entropyrl.commands import smoke
+from entropyrl.commands.eval_generation import read_rows
 from entropyrl.commands.smoke_check import read_metrics
 from entropyrl.verl import trace
 
@@ -87,13 +88,11 @@ RESUMED_STEPS = ("trainer.total_training_steps=3", "trainer.save_freq=1")
 
 def step_logged(metrics: Path, step: int) -> bool:
     """Whether the file logger has written `step`'s training row (verl saves a step's
-    checkpoint before it logs the step, so a kill in between loses that row for good)."""
-    if not metrics.is_file():
-        return False
-    lines = metrics.read_text().splitlines()
+    checkpoint before it logs the step, so a kill in between loses that row for good); a line
+    the logger is still writing is left out."""
     return any(
         row.get("step") == step and "critic/score/mean" in row.get("data", {})
-        for row in (json.loads(line) for line in lines if line.endswith("}"))
+        for row in read_rows(metrics)
     )
 
 
