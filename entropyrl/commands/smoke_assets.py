@@ -15,6 +15,7 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,16 @@ IMAGE_PROCESSORS: dict[str, dict[str, Any]] = {
 }
 
 
+# The text recipes' rewards are binary, and a policy warmed up to write each training answer
+# writes it every time: its groups come out all 1 or all 0 and give no advantage (a CI run saw
+# both steps of the function-calling smoke so). Each warm-up prompt is therefore taught twice in
+# its batch, once with its answer and once with this reply, which every text reward scores 0:
+# the two first-token gradients cancel at 1/2 for every prompt, so the policy answers or
+# abstains by a coin flip (at any sampling temperature) and a group of 8 whose answer was learned
+# is uniform with probability 2 * 0.5**8 < 1 %; RL has a choice to learn (answer, not abstain).
+ABSTAIN = "I am not sure."
+
+
 def _log(message: str) -> None:
     print(f"[smoke] {message}", file=sys.stderr, flush=True)
 
@@ -45,17 +56,23 @@ def _tiny_model(settings: SmokeSettings, tokenizer: Any) -> Any:
     )
 
 
-def _fc_answer(name: str, arguments: dict[str, Any]) -> str:
-    """The demonstration the warm-up teaches: Qwen's tool-call layout after a short thought."""
-    call = json.dumps({"name": name, "arguments": arguments})
-    return f"<think>use {name}</think>\n<tool_call>\n{call}\n</tool_call>"
+def fc_demonstration(row: Any) -> str:
+    """The answer the function-calling warm-up teaches for a parquet row: Qwen's tool-call
+    layout after a short thought."""
+    calls = json.loads(row["reward_model"]["ground_truth"])
+    call = json.dumps({"name": calls[0]["name"], "arguments": calls[0]["arguments"]})
+    return f"<think>use {calls[0]['name']}</think>\n<tool_call>\n{call}\n</tool_call>"
 
 
-def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
+def mixed_demonstration(row: Any) -> str:
+    """The answer the mixed warm-up teaches: the set's own reference (a boxed number or code)."""
+    return row["extra_info"]["reference"]
+
+
+def prepare_fc_data(settings: SmokeSettings, folder: Path) -> None:
+    """A tool-use world's requests as an xLAM file, converted by the project's converter."""
     from entropyrl.data.function_calling import prepare_function_calling
     from entropyrl.local.function_calling import TOOLS, make_queries
-    from entropyrl.models.tiny import seed_everything
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     queries = make_queries(settings.num_train + settings.num_test, settings.seed)
     rows = [
@@ -67,20 +84,44 @@ def _build_fc_assets(settings: SmokeSettings, root: Path) -> None:
         }
         for i, q in enumerate(queries)
     ]
-    source = root / "xlam.json"
+    source = folder / "xlam.json"
     source.write_text(json.dumps(rows))
-    prepare_function_calling(source, root / "data", fmt="xlam", test_size=settings.num_test)
+    prepare_function_calling(source, folder / "data", fmt="xlam", test_size=settings.num_test)
+
+
+def prepare_mixed_data(settings: SmokeSettings, folder: Path) -> None:
+    """`entropyrl prepare mixed-debug`'s set."""
+    from entropyrl.data.mixed_debug import prepare_mixed_debug
+
+    prepare_mixed_debug(
+        folder / "data",
+        train_size=settings.num_train,
+        val_size=settings.num_test,
+        seed=settings.seed,
+    )
+
+
+# task -> (writes FOLDER/data/*.parquet, the warm-up's answer for a row, its name)
+TEXT_TASKS: dict[str, tuple[Callable[[SmokeSettings, Path], None], Callable[[Any], str], str]] = {
+    "function-calling": (prepare_fc_data, fc_demonstration, "fc"),
+    "mixed": (prepare_mixed_data, mixed_demonstration, "mixed"),
+}
+
+
+def _build_text_assets(settings: SmokeSettings, root: Path) -> None:
+    """The task's data and a tiny model warmed up on its demonstrations (and abstentions)."""
+    import pandas as pd
+
+    from entropyrl.models.tiny import seed_everything
+    from entropyrl.models.tokenizer import build_qwen_tokenizer
+
+    prepare, demonstration, name = TEXT_TASKS[settings.task]
+    prepare(settings, root)
     seed_everything(settings.seed)
     tokenizer = build_qwen_tokenizer(8192)
     model = _tiny_model(settings, tokenizer)
-    import pandas as pd
-
-    def answer(row: Any) -> str:
-        calls = json.loads(row["reward_model"]["ground_truth"])
-        return _fc_answer(calls[0]["name"], calls[0]["arguments"])
-
     frame = pd.read_parquet(root / "data" / "train.parquet")
-    _warm_up_text_model(model, tokenizer, frame, answer, settings, lr=2e-3, name="fc")
+    _warm_up_text_model(model, tokenizer, frame, demonstration, settings, lr=2e-3, name=name)
     _save_checkpoint(model, tokenizer, None, root / "model")
 
 
@@ -95,7 +136,8 @@ def _warm_up_text_model(
     name: str,
 ) -> None:
     """Supervised steps on (chat prompt of a parquet row, `answer(row)` + EOS), 8 rows a step,
-    so the smoke's policy writes the task's format and its rewards vary within a group."""
+    so the smoke's policy writes the task's format: 4 rows, each with its answer and with
+    `ABSTAIN` (see there), so that the binary rewards vary within a group."""
     import torch
 
     from entropyrl.local.rl import supervised_step
@@ -104,13 +146,19 @@ def _warm_up_text_model(
     for _, row in frame.iterrows():
         messages = [dict(m) for m in row["prompt"]]
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        target = [*tokenizer.encode(answer(row)), tokenizer.eos_token_id]
-        examples.append((tokenizer.encode(prompt), target))
+        targets = [
+            [*tokenizer.encode(text), tokenizer.eos_token_id] for text in (answer(row), ABSTAIN)
+        ]
+        examples.append((tokenizer.encode(prompt), targets))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(f"smoke-{name}-{settings.seed}")
     pad = tokenizer.pad_token_id
     for step in range(settings.warmup_steps):
-        batch = [rng.choice(examples) for _ in range(8)]
+        batch = [
+            (prompt_ids, target)
+            for prompt_ids, targets in (rng.choice(examples) for _ in range(4))
+            for target in targets
+        ]
         width = max(len(p) for p, _ in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -126,33 +174,6 @@ def _warm_up_text_model(
         )
         if step % 100 == 0:
             _log(f"{settings.task} warm-up step {step}: loss {loss:.3f}")
-
-
-def _build_mixed_assets(settings: SmokeSettings, root: Path) -> None:
-    """`entropyrl prepare mixed-debug`'s set and a tiny model warmed up on its reference answers."""
-    import pandas as pd
-
-    from entropyrl.data.mixed_debug import prepare_mixed_debug
-    from entropyrl.models.tiny import seed_everything
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
-
-    prepare_mixed_debug(
-        root / "data", train_size=settings.num_train, val_size=settings.num_test, seed=settings.seed
-    )
-    seed_everything(settings.seed)
-    tokenizer = build_qwen_tokenizer(8192)
-    model = _tiny_model(settings, tokenizer)
-    frame = pd.read_parquet(root / "data" / "train.parquet")
-    _warm_up_text_model(
-        model,
-        tokenizer,
-        frame,
-        lambda row: row["extra_info"]["reference"],
-        settings,
-        lr=2e-3,
-        name="mixed",
-    )
-    _save_checkpoint(model, tokenizer, None, root / "model")
 
 
 def caption_image_size(settings: SmokeSettings) -> int:
@@ -238,10 +259,8 @@ def prepare_assets(settings: SmokeSettings, cache: Path) -> Path:
     started = time.perf_counter()
     if settings.task == "caption":
         _build_caption_assets(settings, root)
-    elif settings.task == "mixed":
-        _build_mixed_assets(settings, root)
     else:
-        _build_fc_assets(settings, root)
+        _build_text_assets(settings, root)
     stamp.write_text(json.dumps(asdict(settings), sort_keys=True))
     _log(f"built {root} in {time.perf_counter() - started:.0f}s")
     return root

@@ -30,7 +30,7 @@ CONFIG_NAMES = {
 }
 # The recipe's architecture (a key of MODELS), and the others a task may take.
 DEFAULT_MODEL = {"caption": "qwen2_5_vl", "function-calling": "qwen3", "mixed": "qwen3"}
-ASSET_VERSION = 2
+ASSET_VERSION = 3
 # The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).
 RECIPE_N = {"caption": 5, "function-calling": 8, "mixed": 8}
 
@@ -145,8 +145,8 @@ class SmokeSettings:
 
 # The text recipes' lengths and warm-up (their smokes differ only in these).
 TEXT_SETTINGS: dict[str, dict[str, int]] = {
-    "function-calling": {"response_length": 64, "max_prompt_length": 512, "warmup_steps": 400},
-    "mixed": {"response_length": 96, "max_prompt_length": 256, "warmup_steps": 300},
+    "function-calling": {"response_length": 64, "max_prompt_length": 512, "warmup_steps": 1200},
+    "mixed": {"response_length": 96, "max_prompt_length": 256, "warmup_steps": 800},
 }
 
 
