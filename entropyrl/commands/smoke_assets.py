@@ -38,8 +38,8 @@ IMAGE_PROCESSORS: dict[str, dict[str, Any]] = {
 # both steps of the function-calling smoke so). Each warm-up prompt is therefore taught twice in
 # its batch, once with its answer and once with this reply, which every text reward scores 0:
 # the two first-token gradients cancel at 1/2 for every prompt, so the policy answers or
-# abstains by a coin flip (at any sampling temperature) and a group of 8 whose answer was learned
-# is uniform with probability 2 * 0.5**8 < 1 %; RL has a choice to learn (answer, not abstain).
+# abstains by a coin flip (about 1/2 at any sampling temperature) and a group of 8 whose answer
+# was learned is uniform with probability near 2 * 0.5**8 < 1 %; RL has a choice to learn.
 ABSTAIN = "I am not sure."
 
 
@@ -135,9 +135,9 @@ def _warm_up_text_model(
     lr: float,
     name: str,
 ) -> None:
-    """Supervised steps on (chat prompt of a parquet row, `answer(row)` + EOS), 8 rows a step,
-    so the smoke's policy writes the task's format: 4 rows, each with its answer and with
-    `ABSTAIN` (see there), so that the binary rewards vary within a group."""
+    """Supervised steps of 4 parquet rows, each taught as (chat prompt, `answer(row)` + EOS)
+    and as (chat prompt, `ABSTAIN` + EOS): the smoke's policy writes the task's format and
+    abstains half the time, so that the binary rewards vary within a group (see `ABSTAIN`)."""
     import torch
 
     from entropyrl.local.rl import supervised_step
