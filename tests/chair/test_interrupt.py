@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 
 import pytest
 
 from chair_server.evaluate import main, write_json_whole
+
+
+def wait_until_blocked_reading(pid: int, writer: int, timeout: float = 60.0) -> None:
+    """Until the reader has drained the FIFO and sleeps (blocked in its next read). A SIGINT
+    that lands while CPython is still in C code between two reads is only acted on at its next
+    bytecode check, which a read that then blocks never reaches: the evaluator would wait on
+    the open FIFO, not on Ctrl-C (seen under load). A read blocked in the kernel is interrupted
+    and raises KeyboardInterrupt, which is what Ctrl-C while reading means."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        unread = struct.unpack("i", fcntl.ioctl(writer, termios.FIONREAD, b"\0" * 4))[0]
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+        if unread == 0 and state == "S":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the evaluator did not block reading the FIFO within {timeout} s")
 
 
 def test_ctrl_c_while_reading_the_captions(tmp_path, gt_file) -> None:
@@ -29,6 +50,7 @@ def test_ctrl_c_while_reading_the_captions(tmp_path, gt_file) -> None:
         with open(captions, "w", encoding="utf-8") as writer:  # returns once it reads
             writer.write(json.dumps({"image_id": 1001, "caption": "A man and a cat."}) + "\n")
             writer.flush()
+            wait_until_blocked_reading(process.pid, writer.fileno())
             process.send_signal(signal.SIGINT)
             stdout, stderr = process.communicate(timeout=60)
     finally:
