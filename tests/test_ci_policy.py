@@ -1,4 +1,5 @@
-"""In CI a missing dependency fails the run; elsewhere it skips (tests/conftest.py's policy)."""
+"""In CI every skip fails unless its test id is listed as allowed; elsewhere a skip stays a skip
+(tests/conftest.py's policy, run here on its own in pytester's sandbox)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["pytester"]
+REPO = Path(__file__).resolve().parents[1]
 
 
-def policy_source() -> str:
+def policy_source(*allowed: str) -> str:
+    """The policy block of tests/conftest.py, with `allowed` test ids added to its list."""
     text = (Path(__file__).parent / "conftest.py").read_text()
     start = text.index("# --- CI skip policy")
-    return (
-        "import os\n\nimport pytest\n\n"
-        + text[start : text.index("# --- end of the CI skip policy")]
-    )
+    block = text[start : text.index("# --- end of the CI skip policy")]
+    extra = "".join(f"ALLOWED_SKIPS[{nodeid!r}] = 'the machine cannot'\n" for nodeid in allowed)
+    return "import os\nfrom typing import Any\n\nimport pytest\n\n" + block + "\n" + extra
 
 
 TESTS = """
@@ -24,9 +26,61 @@ import pytest
 def test_missing_module():
     pytest.importorskip("no_such_module_for_entropyrl")
 
+def test_broken_module():
+    # what a skip for a half-installed package says: no phrase about a missing module
+    pytest.skip("cannot import name 'ast_checker' from 'bfcl_eval.eval_checker'")
+
 def test_machine_cannot():
     pytest.skip("PID namespaces are not available here")
+
+@pytest.fixture
+def needs_something():
+    pytest.skip("the fixture's resource is not here")
+
+def test_fixture_skip(needs_something):
+    pass
+
+@pytest.mark.skipif(True, reason="a condition")
+def test_marked():
+    pass
 """
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str):
+    monkeypatch.setenv("CI", ci)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+
+
+def test_every_skip_fails_in_ci_whatever_it_says(pytester, monkeypatch):
+    pytester.makeconftest(policy_source())
+    pytester.makepyfile(test_skips=TESTS)
+    result = run(pytester, monkeypatch, "true")
+    result.assert_outcomes(failed=3, errors=2)  # a skip in a fixture fails the setup
+    result.stdout.fnmatch_lines(
+        [
+            "*test_missing_module*was skipped*no_such_module_for_entropyrl*",
+            "*test_broken_module*was skipped*cannot import name 'ast_checker'*",
+        ]
+    )
+
+
+def test_outside_ci_a_skip_stays_a_skip(pytester, monkeypatch):
+    pytester.makeconftest(policy_source())
+    pytester.makepyfile(test_skips=TESTS)
+    run(pytester, monkeypatch, "").assert_outcomes(skipped=5)
+
+
+def test_an_allowed_id_stays_a_skip_and_is_listed_at_the_end(pytester, monkeypatch):
+    pytester.makeconftest(policy_source("test_skips.py::test_machine_cannot"))
+    pytester.makepyfile(test_skips=TESTS)
+    result = run(pytester, monkeypatch, "true")
+    result.assert_outcomes(failed=2, errors=2, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*skips CI allows*",
+            "test_skips.py::test_machine_cannot: *PID namespaces are not available here*",
+        ]
+    )
 
 
 MODULE_SKIP = """
@@ -39,22 +93,59 @@ def test_never_collected():
 """
 
 
-@pytest.mark.parametrize(("ci", "failed", "skipped"), [("true", 1, 1), ("", 0, 2)])
-def test_a_missing_dependency_fails_only_in_ci(pytester, monkeypatch, ci, failed, skipped):
-    pytester.makeconftest(policy_source())
-    pytester.makepyfile(TESTS)
-    monkeypatch.setenv("CI", ci)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=failed, skipped=skipped)
-
-
-def test_a_folder_skipped_at_import_fails_only_in_ci(pytester, monkeypatch):
+def test_a_module_skipped_at_import_fails_only_in_ci(pytester, monkeypatch):
     pytester.makeconftest(policy_source())
     pytester.makepyfile(test_folder=MODULE_SKIP)
-    monkeypatch.setenv("CI", "true")
-    failed = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    assert failed.ret == pytest.ExitCode.INTERRUPTED  # a collection error stops the run
-    failed.stdout.fnmatch_lines(["*CI=true: a dependency of these tests is missing*"])
-    monkeypatch.setenv("CI", "")
-    skipped = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    skipped.stdout.fnmatch_lines(["*1 skipped*"])
+    failed = run(pytester, monkeypatch, "true")
+    assert failed.ret != pytest.ExitCode.OK
+    failed.stdout.fnmatch_lines(["*CI=true: *was skipped*no_such_module_for_entropyrl*"])
+    run(pytester, monkeypatch, "").stdout.fnmatch_lines(["*1 skipped*"])
+
+
+def test_a_folder_whose_conftest_skips_fails_only_in_ci(pytester, monkeypatch):
+    """What tests/verl/conftest.py did: importorskip in a sub-folder's conftest skipped every
+    test under it as one SKIPPED line."""
+    pytester.makeconftest(policy_source())
+    folder = pytester.mkpydir("engine_tests")
+    (folder / "conftest.py").write_text(
+        'import pytest\n\npytest.importorskip("no_such_engine_for_entropyrl")\n'
+    )
+    (folder / "test_engine.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    pytester.makepyfile(test_elsewhere="def test_c():\n    pass\n")
+    failed = run(pytester, monkeypatch, "true")
+    assert failed.ret != pytest.ExitCode.OK
+    failed.stdout.fnmatch_lines(["*CI=true: *was skipped*no_such_engine_for_entropyrl*"])
+    assert "skipped" not in failed.stdout.lines[-1]
+    skipped = run(pytester, monkeypatch, "")
+    assert skipped.ret == pytest.ExitCode.OK
+    skipped.stdout.fnmatch_lines(["*1 passed, 1 skipped*"])
+
+
+def test_ci_sets_the_variable_itself():
+    """`.ci/run` exports CI=true before the README's test command, so the policy holds on a
+    runner that does not set it."""
+    script = (REPO / ".ci" / "run").read_text()
+    exports = [line.strip() for line in script.splitlines() if line.strip().startswith("export")]
+    assert "export CI=true" in exports
+    assert script.index("export CI=true") < script.index("tools/test.sh")
+
+
+def allowed_skips() -> dict[str, str]:
+    """ALLOWED_SKIPS as tests/conftest.py writes it (read, not imported: importing the suite's
+    conftest again would make another set of cache folders)."""
+    import ast
+
+    tree = ast.parse((REPO / "tests" / "conftest.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "ALLOWED_SKIPS":
+            return ast.literal_eval(node.value)
+    raise AssertionError("tests/conftest.py has no ALLOWED_SKIPS")
+
+
+def test_each_allowed_id_names_a_test_of_the_suite():
+    allowed = allowed_skips()
+    assert allowed
+    for nodeid, why in allowed.items():
+        path, _, name = nodeid.partition("::")
+        assert f"def {name.split('[')[0]}(" in (REPO / path).read_text(), nodeid
+        assert why
