@@ -74,6 +74,39 @@ def cache_dirs() -> dict[str, Path]:
     return {variable: CACHE_ROOT / folder for variable, folder in CACHE_DIRS.items()}
 
 
+# --- smoke assets: built once, shared by every test and worker process that needs them ---
+
+REPO = Path(__file__).resolve().parents[1]
+# A fixed folder, not the session's temporary one: the tiny warmed-up models and worlds of the
+# `--smoke` runs cost minutes to build, and their key (`SmokeSettings.asset_key`) holds a digest
+# of the code that builds them, so a folder is reused only while that code is unchanged. Runs
+# side by side build under a lock (`smoke_assets.prepare_assets`). Never under HOME.
+SMOKE_ASSET_CACHE = Path(
+    os.environ.get("ENTROPYRL_TEST_ASSET_CACHE") or REPO / ".cache" / "smoke-assets"
+)
+
+
+@pytest.fixture(scope="session")
+def smoke_cache() -> Path:
+    """Where the smoke runs of this test session find (or build) their assets."""
+    SMOKE_ASSET_CACHE.mkdir(parents=True, exist_ok=True)
+    return SMOKE_ASSET_CACHE
+
+
+@pytest.fixture(scope="session")
+def smoke_assets(smoke_cache):
+    """`smoke_assets(task, model="")`: the asset folder (`data/`, `model/`, for captioning
+    `world/`) of that smoke, built once per content."""
+
+    def assets(task: str, model: str = "") -> Path:
+        from entropyrl.commands.smoke_assets import prepare_assets
+        from entropyrl.commands.smoke_settings import default_settings
+
+        return prepare_assets(default_settings(task, model=model), smoke_cache)
+
+    return assets
+
+
 # --- CI skip policy (tests/test_ci_policy.py runs this block on its own) ---
 
 # In CI (`.ci/run` exports CI=true) a skip is a failure, wherever it is raised (a test, a

@@ -247,20 +247,33 @@ def prepare_assets(settings: SmokeSettings, cache: Path) -> Path:
     """The folder with `data/` and `model/` for `settings`, built once and then reused.
 
     Built in place (the parquet rows hold absolute image paths); `READY` is written last, so a
-    build cut short is rebuilt from scratch by the next run.
+    build cut short is rebuilt from scratch by the next run. Runs that share a cache (smokes
+    started side by side) build under an exclusive lock: one builds, the others wait and reuse.
     """
+    import fcntl
+
     root = cache / settings.asset_key()
     stamp = root / "READY"
     if stamp.is_file():
         _log(f"reusing {root}")
         return root
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    started = time.perf_counter()
-    if settings.task == "caption":
-        _build_caption_assets(settings, root)
-    else:
-        _build_text_assets(settings, root)
-    stamp.write_text(json.dumps(asdict(settings), sort_keys=True))
-    _log(f"built {root} in {time.perf_counter() - started:.0f}s")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{root.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another run to build {root}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file():
+            _log(f"reusing {root}")
+            return root
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        started = time.perf_counter()
+        if settings.task == "caption":
+            _build_caption_assets(settings, root)
+        else:
+            _build_text_assets(settings, root)
+        stamp.write_text(json.dumps(asdict(settings), sort_keys=True))
+        _log(f"built {root} in {time.perf_counter() - started:.0f}s")
     return root

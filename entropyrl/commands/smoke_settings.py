@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 # Tiny model name -> its builder in entropyrl.models.tiny.
 MODELS: dict[str, str] = {
@@ -30,7 +32,36 @@ CONFIG_NAMES = {
 }
 # The recipe's architecture (a key of MODELS), and the others a task may take.
 DEFAULT_MODEL = {"caption": "qwen2_5_vl", "function-calling": "qwen3", "mixed": "qwen3"}
-ASSET_VERSION = 3
+ASSET_VERSION = 4
+# The modules whose code decides what a smoke's assets hold (worlds, converters, the tiny
+# models, the tokenizer, the warm-ups): their source is part of the asset key, so an edit to
+# any of them builds new assets instead of reusing stale ones.
+ASSET_SOURCES = (
+    "commands/smoke_assets.py",
+    "commands/smoke_settings.py",
+    "data/coco.py",
+    "data/function_calling.py",
+    "data/io.py",
+    "data/mixed_debug.py",
+    "data/synthetic.py",
+    "local/captioning.py",
+    "local/function_calling.py",
+    "local/rl.py",
+    "models/tiny.py",
+    "models/tokenizer.py",
+)
+
+
+@cache
+def asset_source_digest() -> str:
+    """sha256 of `ASSET_SOURCES` as installed (names and bytes, in that order)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for name in ASSET_SOURCES:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 # The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).
 RECIPE_N = {"caption": 5, "function-calling": 8, "mixed": 8}
 
@@ -133,12 +164,14 @@ class SmokeSettings:
         return self.prompts_per_step // self.mini_batches
 
     def asset_key(self) -> str:
-        """Settings that change the data or the checkpoint (not the run)."""
+        """Settings that change the data or the checkpoint (not the run), and the code that
+        builds them (`ASSET_SOURCES`)."""
         fields = ("task", "seed", "warmup_steps", "num_train", "num_test", "image_size")
         if self.task == "caption":
             fields += ("eval_images",)
         payload = {name: getattr(self, name) for name in fields}
         payload.update(hidden_size=self.hidden_size, model=self.model, version=ASSET_VERSION)
+        payload.update(code=asset_source_digest())
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.task}-{digest}"
 
