@@ -1,27 +1,43 @@
 """Checking a finished `--smoke` run: values, not only plumbing.
 
 `check_run` reads what the run wrote under its folder (`metrics.jsonl` from verl's file logger,
-`config.yaml`, the per-sample trace, the checkpoints) and fails unless:
-- every step 1..`trainer.total_training_steps` has a finite policy loss and reward, and some
-  group's advantages are not all zero;
+`config.yaml`, the per-sample trace, the checkpoints) and fails, with one line naming each
+problem, unless:
+
+- every training step 1..`trainer.total_training_steps` has its own row of training metrics
+  (a row that holds only validation metrics is not a training step) with a finite policy loss
+  and reward, and the parts its recipe's reward reports;
 - validation ran (its `val-core/*` metrics) and the last step's checkpoint was saved with the
   run's settings beside it;
 - the rollout's log-probs equal the actor's on the same tokens (remove-padding and the CPU
   attention compute what generation computed);
-- the estimator got what it needs: entropy for every sample (`egpo/entropy/missing == 0`) unless
-  the config takes it away (rollout-correction bypass: then every sample is missing and the
-  advantages are plain GRPO), the reference's log-probs for `maxent_grpo`;
-- one step's advantages, computed again from the trace's rewards, groups, entropies and reference
-  log-probs with verl's own `grpo` and each estimator's formula written out here, equal the
-  trainer's;
-- with the CHAIR schedule on, each sample's bound is the schedule's rule applied to its own
-  CHAIR_i (the neutral bound where the service gave none), and both bounds occur in some step
-  where CHAIR_i differs across samples.
+- every training step's advantages, computed again from the trace's rewards, groups, entropies
+  and reference log-probs with GRPO and each estimator's formula written out here (independently
+  of `entropyrl.advantages` and of verl), equal the trainer's, sample by sample; a sample without
+  entropy keeps its GRPO advantage, and the entropy-guided estimators must get entropy for every
+  sample unless the config takes it away (rollout-correction bypass);
+- the caption reward's score is CIDEr-D minus the configured CHAIR penalty plus the recall bonus,
+  recomposed from the parts it reported for each sample;
+- with the CHAIR schedule on, each sample's bound is the schedule's rule (step, linear or sigmoid,
+  either direction) applied to its own CHAIR_i, the neutral bound where the service gave none;
+- with the `hf` rollout, every generation used the weights the actor sent last: the weight-sync
+  probe (`entropyrl.verl.trace`) compares the fingerprint of each tensor the rollout generated
+  with against the one the actor sent, so a rollout that kept older weights fails even when its
+  probabilities stay close to the actor's (a tiny learning rate moves them by less than rounding).
+
+Each check must also be able to fail on this run: a run whose groups all had equal rewards
+(every advantage 0, whatever the estimator), whose entropy-guided advantages never differed from
+GRPO's, whose CHAIR_i never fell on both sides of the schedule's threshold (a constant bound would
+pass), or whose rollout never generated with updated weights, "could not be judged", and that is
+a failure too. `CHAIR_OPTIONAL=1` (the documented fallback when the service is down) accepts a
+run in which no sample got a CHAIR score: every bound is then checked to be the neutral one.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +49,12 @@ from entropyrl.estimator_names import ENTROPY_ESTIMATORS
 # Rollout (hf generate) vs actor log-probs on the same tokens, bfloat16 actor: a mean absolute
 # probability difference far below what a leak across packed sequences gives (tenths).
 ROLLOUT_PROBS_DIFF_MEAN = 0.02
+# Advantages, bounds and rewards recomputed here against the trainer's (float32): relative error.
+TOLERANCE = 1e-4
+GRPO_EPS = 1e-6  # verl's and entropyrl's epsilon added to the group's std
+# Metrics only a training step logs; a row without them is validation only.
+TRAINING_KEYS = ("actor/pg_loss", "critic/score/mean")
+CAPTION_PARTS = ("cider", "chair_i", "chair_s", "recall", "words")
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -50,6 +72,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_training_row(row: dict[str, Any]) -> bool:
+    """Whether a metrics row holds a training step's metrics (not only validation's)."""
+    return any(name in row["data"] for name in TRAINING_KEYS)
 
 
 STEP_LINE = (
@@ -83,27 +110,38 @@ def summarize(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(step_line(row) for row in rows)
 
 
-# -- the estimators' formulas, written out independently of entropyrl.advantages --------------
+def _getter(config: Any):
+    from omegaconf import OmegaConf
+
+    return lambda key, default=None: OmegaConf.select(config, key, default=default)
 
 
-def grpo_reference(scores: list[float], groups: list[Any], norm_by_std: bool) -> list[float]:
-    """verl's own `compute_grpo_outcome_advantage` on one-token responses."""
-    import numpy as np
-    import torch
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+# -- the formulas, written out independently of entropyrl.advantages and of verl ----------------
 
-    rewards = torch.tensor(scores, dtype=torch.float32).unsqueeze(1)
-    advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=rewards,
-        response_mask=torch.ones_like(rewards),
-        index=np.array(groups, dtype=object),
-        norm_adv_by_std_in_grpo=norm_by_std,
-    )
-    # verl gives a group of one r / (1 + eps); entropyrl gives it 0 (no baseline to compare to)
-    sizes = defaultdict(int)
-    for group in groups:
-        sizes[group] += 1
-    return [0.0 if sizes[g] == 1 else float(a) for g, a in zip(groups, advantages[:, 0])]
+
+def grpo_reference(
+    scores: list[float], groups: list[Any], norm_by_std: bool, *, singleton: str = "zero"
+) -> list[float]:
+    """A_i = (r_i - mean_g) / (std_g + 1e-6), std unbiased (n - 1), per group g.
+
+    A group of one has no baseline: entropyrl's estimators give it 0 (`singleton="zero"`); verl's
+    own `grpo` gives r / (1 + eps) (`singleton="verl"`: mean 0, std 1).
+    """
+    members: dict[Any, list[int]] = defaultdict(list)
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    out = [0.0] * len(scores)
+    for indices in members.values():
+        values = [float(scores[i]) for i in indices]
+        n = len(values)
+        if n == 1:
+            out[indices[0]] = values[0] / (1.0 + GRPO_EPS) if singleton == "verl" else 0.0
+            continue
+        mean = sum(values) / n
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        for i, value in zip(indices, values):
+            out[i] = (value - mean) / (std + GRPO_EPS) if norm_by_std else value - mean
+    return out
 
 
 def segment(tokens: list[int], end_tag: list[int] | None, mode: str) -> tuple[int, int]:
@@ -118,62 +156,67 @@ def segment(tokens: list[int], end_tag: list[int] | None, mode: str) -> tuple[in
     return 0, len(tokens)
 
 
+def sequence_entropy(row: dict[str, Any], end_tag: list[int] | None, mode: str) -> float | None:
+    """H_i: the mean token entropy over the row's segment; None without entropy or tokens."""
+    tokens = row.get("entropy")
+    if tokens is None:
+        return None
+    start, stop = segment(row.get("response") or [], end_tag, mode)
+    part = [h for h in tokens[start:stop] if h is not None and math.isfinite(h)]
+    return sum(part) / len(part) if part else None
+
+
 def expected_advantages(
     rows: list[dict[str, Any]], config: Any, end_tag: list[int] | None
-) -> list[list[float]]:
-    """Per-token advantages each row should have (one value repeated for sequence estimators)."""
-    from omegaconf import OmegaConf
-
-    get = lambda key, default=None: OmegaConf.select(config, key, default=default)  # noqa: E731
+) -> tuple[list[list[float]], list[list[float]]]:
+    """(the per-token advantages each row of one step should have under the config's estimator,
+    the plain GRPO advantages of the same rows) for `rows` of one step; a row without entropy
+    keeps its GRPO advantage under the entropy-guided estimators."""
+    get = _getter(config)
     name = get("algorithm.adv_estimator")
     scores = [row["score"] for row in rows]
     groups = [row["group"] for row in rows]
-    base = grpo_reference(scores, groups, bool(get("algorithm.norm_adv_by_std_in_grpo", True)))
+    norm = bool(get("algorithm.norm_adv_by_std_in_grpo", True))
+    singleton = "verl" if name == "grpo" else "zero"
+    base = grpo_reference(scores, groups, norm, singleton=singleton)
     lengths = [len(row["advantages"]) for row in rows]
-    entropies = [row.get("entropy") for row in rows]
-    missing = any(e is None for e in entropies)
-    if name == "grpo" or (name in ENTROPY_ESTIMATORS and missing):
-        return [[a] * n for a, n in zip(base, lengths)]
+    baseline = [[a] * n for a, n in zip(base, lengths)]
     mode = get("algorithm.entropy.mode", "answer")
+    if name == "grpo":
+        return baseline, baseline
     if name in ("egpo", "egpo_ratio"):
-        means = []
-        for row, tokens in zip(rows, entropies):
-            start, stop = segment(row.get("response") or [], end_tag, mode)
-            part = tokens[start:stop]
-            means.append(sum(part) / len(part) if part else float("nan"))
+        means = [sequence_entropy(row, end_tag, mode) for row in rows]
     if name == "egpo":
         lam, alpha = get("algorithm.egpo_bonus.lam", 0.4), get("algorithm.egpo_bonus.alpha", 2.0)
-        values = [
-            a if math.isnan(h) else a + lam * min(h, abs(a) / alpha) for a, h in zip(base, means)
-        ]
-        return [[v] * n for v, n in zip(values, lengths)]
+        values = [a if h is None else a + lam * min(h, abs(a) / alpha) for a, h in zip(base, means)]
+        return [[v] * n for v, n in zip(values, lengths)], baseline
     if name == "egpo_ratio":
-        low, high = (
-            get("algorithm.egpo_ratio.lambda_min", 0.5),
-            get("algorithm.egpo_ratio.lambda_max", 2.0),
-        )
+        low = get("algorithm.egpo_ratio.lambda_min", 0.5)
+        high = get("algorithm.egpo_ratio.lambda_max", 2.0)
         eps = get("algorithm.egpo_ratio.entropy_epsilon", 1e-6)
-        by_group = defaultdict(list)
-        for g, h in zip(groups, means):
-            if not math.isnan(h):
-                by_group[g].append(h)
+        by_group: dict[Any, list[float]] = defaultdict(list)
+        for group, h in zip(groups, means):
+            if h is not None:
+                by_group[group].append(h)
         values = []
-        for a, g, h in zip(base, groups, means):
-            if math.isnan(h):
+        for a, group, h in zip(base, groups, means):
+            if h is None:
                 values.append(a)
                 continue
-            mean = sum(by_group[g]) / len(by_group[g])
+            mean = sum(by_group[group]) / len(by_group[group])
             values.append(a * min(max(mean / (h + eps), low), high))
-        return [[v] * n for v, n in zip(values, lengths)]
+        return [[v] * n for v, n in zip(values, lengths)], baseline
     if name == "entropy_adv":
-        alpha, kappa = (
-            get("algorithm.entropy_adv.alpha", 0.4),
-            get("algorithm.entropy_adv.kappa", 2.0),
-        )
-        return [
-            [a + min(alpha * h, abs(a) / kappa) for h in tokens]
-            for a, tokens in zip(base, entropies)
-        ]
+        alpha = get("algorithm.entropy_adv.alpha", 0.4)
+        kappa = get("algorithm.entropy_adv.kappa", 2.0)
+        expected = []
+        for a, row, n in zip(base, rows, lengths):
+            tokens = row.get("entropy")
+            if tokens is None:
+                expected.append([a] * n)
+                continue
+            expected.append([a + min(alpha * (h or 0.0), abs(a) / kappa) for h in tokens])
+        return expected, baseline
     if name == "maxent_grpo":
         tau, beta = get("algorithm.maxent.tau", 1.0), get("algorithm.maxent.beta", 0.1)
         temperature = get("algorithm.maxent.temperature", 1.0)
@@ -183,41 +226,91 @@ def expected_advantages(
             (score / temperature + beta * sum(row["ref_log_prob"])) / (tau + beta)
             for score, row in zip(scores, rows)
         ]
-        members = defaultdict(list)
-        for i, g in enumerate(groups):
-            members[g].append(i)
+        members: dict[Any, list[int]] = defaultdict(list)
+        for i, group in enumerate(groups):
+            members[group].append(i)
         values = [0.0] * len(rows)
         for indices in members.values():
             top = max(logits[i] for i in indices)
             weights = [math.exp(logits[i] - top) for i in indices]
             total = sum(weights)
-            for i, w in zip(indices, weights):
-                values[i] = len(indices) * w / total - 1.0
-        return [[v] * n for v, n in zip(values, lengths)]
+            for i, weight in zip(indices, weights):
+                values[i] = len(indices) * weight / total - 1.0
+        return [[v] * n for v, n in zip(values, lengths)], baseline
     raise ValueError(f"the smoke check has no formula for estimator {name!r}")
+
+
+def clip_rule(chair: float | None, spec: Any) -> float:
+    """The bound the clip schedule gives a sample with CHAIR_i `chair` (None: not scored)."""
+    low, high = float(spec.get("low", 0.3)), float(spec.get("high", 0.5))
+    neutral = spec.get("neutral")
+    if chair is None:
+        return low if neutral is None else float(neutral)
+    threshold = float(spec.get("threshold", 1e-4))
+    rule = spec.get("rule", "step")
+    if rule == "step":
+        share = 1.0 if chair >= threshold else 0.0
+    elif rule == "linear":
+        saturation = float(spec.get("saturation", 1.0))
+        share = min(max((chair - threshold) / (saturation - threshold), 0.0), 1.0)
+    elif rule == "sigmoid":
+        share = 1.0 / (1.0 + math.exp(-(chair - threshold) / float(spec.get("temperature", 0.1))))
+    else:
+        raise ValueError(f"the smoke check has no formula for clip rule {rule!r}")
+    start, end = (low, high)
+    if spec.get("direction", "hallucinated_high") != "hallucinated_high":
+        start, end = high, low
+    return start + (end - start) * share
+
+
+def caption_score(parts: dict[str, Any], reward_kwargs: Any) -> float:
+    """The caption reward recomposed from its parts: CIDEr-D, and where CHAIR scored the caption
+    the recall bonus minus the CHAIR penalty (its CHAIR_i, or its count of hallucinated
+    mentions with `chair_penalty: count`)."""
+    score = float(parts["cider"])
+    if not parts.get("chair_ok"):
+        return score
+    weight = float(reward_kwargs.get("chair_weight", 0.0) or 0.0)
+    recall_weight = float(reward_kwargs.get("recall_weight", 0.0) or 0.0)
+    count = reward_kwargs.get("chair_penalty", "fraction") == "count"
+    penalty = float(parts["hallucinated"] if count else parts["chair_i"])
+    return score + recall_weight * float(parts["recall"]) - weight * penalty
+
+
+def _relative(a: float, b: float) -> float:
+    return abs(a - b) / max(1.0, abs(b))
 
 
 # -- the checks -------------------------------------------------------------------------------
 
 
-def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
-    from omegaconf import OmegaConf
-
+def check_metrics(
+    rows: Sequence[dict[str, Any]], config: Any, *, chair_optional: bool = False
+) -> list[str]:
+    """Problems of the metrics rows (`read_metrics`) of a run with this config."""
     from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 
-    get = lambda key, default=None: OmegaConf.select(config, key, default=default)  # noqa: E731
+    get = _getter(config)
     problems = []
     total = int(get("trainer.total_training_steps"))
-    every = rows
-    rows = [row for row in rows if row["step"] >= 1]  # step 0: validation before training
-    steps = [row["step"] for row in rows]
+    every = list(rows)
+    training = [row for row in every if is_training_row(row)]
+    steps = [row["step"] for row in training]
+    for row in every:
+        if row["step"] >= 1 and not is_training_row(row) and row["step"] <= total:
+            problems.append(
+                f"step {row['step']}: only validation metrics, no training metrics "
+                f"({', '.join(TRAINING_KEYS)}): this row is not a training step"
+            )
+        if row["step"] < 1 and is_training_row(row):
+            problems.append(f"step {row['step']}: training metrics before step 1")
     if steps != list(range(1, total + 1)):
-        problems.append(f"expected one row per step 1..{total}, got steps {steps}")
+        problems.append(f"expected one training row per step 1..{total}, got steps {steps}")
     estimator = get("algorithm.adv_estimator")
     correction = get("algorithm.rollout_correction.bypass_mode", False)
     schedule = bool(get("algorithm.clip_schedule.enable", False))
     caption = get("reward.custom_reward_function.name", None) == CAPTION_REWARD_NAME
-    for row in rows:
+    for row in training:
         data, step = row["data"], row["step"]
         required = ["actor/pg_loss", "critic/score/mean"]
         if not correction:  # in bypass mode the old log-probs are the rollout's: nothing to compare
@@ -227,6 +320,8 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
             required += ["actor/clip/frac_high", "actor/clip/frac_low", "chair/fallback_samples"]
         if caption:  # the reward's parts beside verl's critic/score
             required += ["reward/cider/mean", "reward/words/mean"]
+            if not chair_optional:
+                required += ["reward/chair_s/mean", "reward/recall/mean", "chair/chair_i_mean"]
         if estimator in ENTROPY_ESTIMATORS:
             required.append("egpo/entropy/missing")
         if estimator == "egpo_ratio":
@@ -251,9 +346,9 @@ def check_metrics(rows: Sequence[dict[str, Any]], config: Any) -> list[str]:
     spread = [
         row["data"].get("critic/advantages/max", 0.0)
         - row["data"].get("critic/advantages/min", 0.0)
-        for row in rows
+        for row in training
     ]
-    if rows and not any(_finite(value) and value > 0 for value in spread):
+    if training and not any(_finite(value) and value > 0 for value in spread):
         problems.append("every advantage is zero: no group's reward varied, nothing was learned")
     validation = [k for row in every for k in row["data"] if k.startswith("val-core/")]
     if get("trainer.test_freq", -1) > 0 and not validation:
@@ -292,86 +387,226 @@ def _end_tag(config: Any) -> list[int] | None:
     return tokenizer.encode("</think>", add_special_tokens=False)
 
 
-def check_trace(trace_rows: list[dict[str, Any]], config: Any) -> list[str]:
-    """The last traced step's advantages against the formulas; the clip bounds against the
-    schedule's rule (every step)."""
-    from omegaconf import OmegaConf
+def _steps_of(rows: list[dict[str, Any]]) -> list[tuple[int, Any, list[dict[str, Any]]]]:
+    """The trace's real rows as (step, run, rows) in step order; a step traced by a killed run
+    and again by the run that resumed it is checked for each run on its own rows."""
+    by_step: dict[tuple[int, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_step[(row["step"], row.get("run"))].append(row)
+    return [(step, run, group) for (step, run), group in sorted(by_step.items(), key=_order)]
 
+
+def _order(item: tuple[tuple[int, Any], list]) -> tuple[int, str]:
+    return item[0][0], str(item[0][1])
+
+
+def check_advantages(
+    rows: list[dict[str, Any]], config: Any, end_tag: list[int] | None
+) -> list[str]:
+    """Every traced step's advantages against the formulas, sample by sample."""
+    get = _getter(config)
+    name = get("algorithm.adv_estimator")
+    bypass = bool(get("algorithm.rollout_correction.bypass_mode", False))
+    wants_entropy = name in ENTROPY_ESTIMATORS and not bypass
     problems: list[str] = []
-    rows = [row for row in trace_rows if not row.get("padding")]
-    if not rows:
-        return ["the run wrote no per-sample trace (ENTROPYRL_TRACE_DIR)"]
-    last = max(row["step"] for row in rows)
-    # a step traced by a killed run and again by the run that resumed it: the latter's rows
-    latest_run = [row.get("run") for row in rows if row["step"] == last][-1]
-    step_rows = [row for row in rows if row["step"] == last and row.get("run") == latest_run]
-    expected = expected_advantages(step_rows, config, _end_tag(config))
-    worst = 0.0
-    for row, values in zip(step_rows, expected):
-        got = row["advantages"]
-        if len(got) != len(values):
-            problems.append(f"step {last}: {len(got)} advantages for {len(values)} tokens")
-            continue
-        for a, b in zip(got, values):
-            worst = max(worst, abs(a - b) / max(1.0, abs(b)))
-    if worst > 1e-4:
-        problems.append(
-            f"step {last}: advantages differ from the formula's by up to {worst:.3g} (relative)"
+    judged = 0
+    for step, _, step_rows in _steps_of(rows):
+        lacking = sum(1 for row in step_rows if row.get("entropy") is None)
+        if wants_entropy and lacking:
+            problems.append(
+                f"step {step}: {lacking} of {len(step_rows)} samples reached the estimator "
+                "without entropy"
+            )
+        expected, baseline = expected_advantages(step_rows, config, end_tag)
+        worst, worst_base, distinct, moved = 0.0, 0.0, False, False
+        for row, want, base in zip(step_rows, expected, baseline):
+            got = row["advantages"]
+            if len(got) != len(want):
+                problems.append(f"step {step}: {len(got)} advantages for {len(want)} tokens")
+                continue
+            worst = max([worst, *(_relative(a, b) for a, b in zip(got, want))])
+            worst_base = max([worst_base, *(_relative(a, b) for a, b in zip(got, base))])
+            distinct |= any(_relative(a, b) > TOLERANCE for a, b in zip(want, base))
+            moved |= any(abs(a) > TOLERANCE for a in want)
+        if worst > TOLERANCE:
+            line = (
+                f"step {step}: the advantages differ from {name}'s formula by up to {worst:.3g} "
+                "(relative)"
+            )
+            if distinct and worst_base <= TOLERANCE:
+                line += ": they are plain GRPO's, the estimator's own term was not applied"
+            problems.append(line)
+        # a step can tell a wrong estimator from a right one only where they give different
+        # advantages: GRPO's for the entropy-guided estimators, all zeros for the others
+        judged += distinct if wants_entropy else moved
+    if rows and not judged:
+        what = (
+            f"no step's {name} advantages differed from plain GRPO's (equal rewards in every "
+            "group, or no entropy)"
+            if wants_entropy
+            else "every group of every step had equal rewards (all advantages 0)"
         )
-    spec = OmegaConf.select(config, "algorithm.clip_schedule", default=None)
-    if spec is not None and spec.get("enable", False):
-        problems += _check_bounds(rows, spec)
+        problems.append(f"could not judge the advantages: {what}; a wrong estimator would pass")
     return problems
 
 
-def _rule(chair: float | None, spec: Any) -> float:
-    low, high = float(spec.get("low", 0.3)), float(spec.get("high", 0.5))
-    neutral = spec.get("neutral")
-    neutral = low if neutral is None else float(neutral)
-    if chair is None:
-        return neutral
-    rule = spec.get("rule", "step")
-    if rule != "step":
-        return float("nan")  # continuous rules: only the range is checked
-    hallucinated = chair >= float(spec.get("threshold", 1e-4))
-    if spec.get("direction", "hallucinated_high") == "hallucinated_high":
-        return high if hallucinated else low
-    return low if hallucinated else high
+def check_rewards(rows: list[dict[str, Any]], config: Any) -> list[str]:
+    """The caption reward's score of every sample against its recomposition from its parts."""
+    from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 
-
-def _check_bounds(rows: list[dict[str, Any]], spec: Any) -> list[str]:
+    get = _getter(config)
+    if get("reward.custom_reward_function.name", None) != CAPTION_REWARD_NAME:
+        return []
+    kwargs = get("reward.custom_reward_function.reward_kwargs", {}) or {}
     problems = []
-    low, high = float(spec.get("low", 0.3)), float(spec.get("high", 0.5))
-    both_seen = False
-    by_step = defaultdict(list)
-    for row in rows:
-        by_step[(row["step"], row.get("run"))].append(row)
-    varied = False
-    for (step, _), step_rows in sorted(by_step.items(), key=lambda item: item[0][0]):
+    for step, _, step_rows in _steps_of(rows):
         for row in step_rows:
-            want, got = _rule(row["chair_i"], spec), row["clip_high"]
+            parts = row.get("reward_parts")
+            absent = [p for p in CAPTION_PARTS if not isinstance(parts, dict) or p not in parts]
+            if absent:
+                problems.append(f"step {step}: the caption reward reported no {', '.join(absent)}")
+                break
+            try:
+                want = caption_score(parts, kwargs)
+            except (KeyError, TypeError, ValueError) as error:
+                problems.append(f"step {step}: the reward's parts do not recompose ({error})")
+                break
+            if row.get("score") is None or _relative(row["score"], want) > TOLERANCE:
+                problems.append(
+                    f"step {step}: a sample's reward is {row.get('score')}, its parts give "
+                    f"{want:.6g} (CIDEr-D {parts['cider']:.6g}, CHAIR_i {parts['chair_i']}, "
+                    f"chair_weight {kwargs.get('chair_weight', 0.0)}): a part of the reward is "
+                    "missing or extra"
+                )
+                break
+    return problems
+
+
+def check_bounds(
+    rows: list[dict[str, Any]], config: Any, *, chair_optional: bool = False
+) -> list[str]:
+    """Each sample's clip-high bound against the schedule's rule for its own CHAIR_i."""
+    spec = _getter(config)("algorithm.clip_schedule", None)
+    if spec is None or not spec.get("enable", False):
+        return []
+    problems = []
+    for step, _, step_rows in _steps_of(rows):
+        for row in step_rows:
+            want, got = clip_rule(row["chair_i"], spec), row["clip_high"]
             if got is None:
                 problems.append(f"step {step}: a sample reached the loss without a bound")
                 break
-            if math.isnan(want):
-                if not min(low, high) - 1e-6 <= got <= max(low, high) + 1e-6:
-                    problems.append(f"step {step}: bound {got} outside [{low}, {high}]")
-                    break
-            elif abs(got - want) > 1e-6:
+            if _relative(got, want) > TOLERANCE:
                 problems.append(
-                    f"step {step}: CHAIR_i {row['chair_i']} got bound {got}, the rule gives {want}"
+                    f"step {step}: CHAIR_i {row['chair_i']} got bound {got:.6g}, the "
+                    f"{spec.get('rule', 'step')} rule ({spec.get('direction', 'hallucinated_high')}) "
+                    f"gives {want:.6g}"
                 )
                 break
-        scored = {_rule(row["chair_i"], spec) for row in step_rows if row["chair_i"] is not None}
-        varied |= len(scored) > 1
-        both_seen |= {round(row["clip_high"], 6) for row in step_rows} >= {
-            round(low, 6),
-            round(high, 6),
-        }
-    if varied and not both_seen:
+    scored = [row["chair_i"] for row in rows if row["chair_i"] is not None]
+    if not scored:
+        if not chair_optional:
+            problems.append(
+                "could not judge the clip schedule: no sample got a CHAIR score (set "
+                "CHAIR_OPTIONAL=1 only to check the neutral fallback)"
+            )
+        return problems
+    if len({round(clip_rule(chair, spec), 6) for chair in scored}) < 2:
         problems.append(
-            "CHAIR_i differed across samples but the two bounds never occurred together"
+            "could not judge the clip schedule: every scored sample's CHAIR_i "
+            f"({min(scored):.3g}..{max(scored):.3g}) gives the same bound, so a constant bound "
+            "would pass"
         )
+    return problems
+
+
+def check_weight_sync(
+    sync_rows: list[dict[str, Any]], rollout_rows: list[dict[str, Any]]
+) -> list[str]:
+    """The weight-sync probe: each generation's weights against the last ones the actor sent to
+    that replica (`entropyrl.verl.trace`). Empty when responses were replayed (no weights used)."""
+    if any(row.get("replay") for row in rollout_rows):
+        return []
+    if not rollout_rows:
+        return ["could not judge the weight sync: the rollout wrote no probe rows"]
+    if not any(row.get("kind") in ("weights", "adapter") for row in sync_rows):
+        return ["could not judge the weight sync: no weight sync reached the rollout"]
+    states = {row["state"]: row["tensors"] for row in rollout_rows if "tensors" in row}
+    problems: list[str] = []
+    judged = 0
+    replicas = sorted({row["replica"] for row in rollout_rows})
+    for replica in replicas:
+        syncs = {
+            kind: sorted(
+                (row for row in sync_rows if row["replica"] == replica and row["kind"] == kind),
+                key=lambda row: row["t"],
+            )
+            for kind in ("weights", "adapter")
+        }
+        times = {kind: [row["t"] for row in rows] for kind, rows in syncs.items()}
+        generations = sorted(
+            (row for row in rollout_rows if row["replica"] == replica), key=lambda row: row["t"]
+        )
+        for row in generations:
+            used = states.get(row["state"])
+            if used is None:
+                problems.append(f"replica {replica}: a generation names unknown weights")
+                break
+            sent: dict[str, str] = {}
+            updated = False
+            for kind, kind_rows in syncs.items():
+                last = bisect.bisect_left(times[kind], row["t"]) - 1
+                if last >= 0:
+                    sent.update(kind_rows[last]["tensors"])
+                    updated |= kind_rows[last]["tensors"] != kind_rows[0]["tensors"]
+            differ = sorted(name for name, value in sent.items() if used.get(name) != value)
+            if differ:
+                absent = sum(1 for name in differ if name not in used)
+                problems.append(
+                    f"replica {replica}: the rollout generated (trainer step {row.get('step')}) "
+                    f"with weights other than the actor's last sync: {len(differ)} of "
+                    f"{len(sent)} tensors differ ({absent} absent), e.g. {differ[0]}; it kept "
+                    "older weights or ignored the sync"
+                )
+                break
+            judged += updated
+    if not problems and not judged:
+        problems.append(
+            "could not judge the weight sync: no generation came after the actor's weights changed"
+        )
+    return problems
+
+
+def check_trace(
+    trace_rows: list[dict[str, Any]],
+    config: Any,
+    *,
+    sync_rows: list[dict[str, Any]] | None = None,
+    rollout_rows: list[dict[str, Any]] | None = None,
+    chair_optional: bool = False,
+    end_tag: list[int] | str | None = "config",
+) -> list[str]:
+    """The per-sample trace of a run against the formulas: every step's advantages, the
+    rewards' parts, the clip bounds; with the probe's rows also the weight sync."""
+    rows = [row for row in trace_rows if not row.get("padding")]
+    if not rows:
+        return ["the run wrote no per-sample trace (ENTROPYRL_TRACE_DIR)"]
+    total = _getter(config)("trainer.total_training_steps", None)
+    problems: list[str] = []
+    if total is not None:
+        traced = sorted({row["step"] for row in rows})
+        missing = [s for s in range(1, int(total) + 1) if s not in traced]
+        if missing or any(s < 1 or s > int(total) for s in traced):
+            problems.append(
+                f"the trace holds training steps {traced}, expected 1..{int(total)}: a step "
+                "computed no advantages through the entropyrl trainer, or a step outside the run"
+            )
+    tag = _end_tag(config) if end_tag == "config" else end_tag
+    problems += check_advantages(rows, config, tag)  # type: ignore[arg-type]
+    problems += check_rewards(rows, config)
+    problems += check_bounds(rows, config, chair_optional=chair_optional)
+    if sync_rows is not None or rollout_rows is not None:
+        problems += check_weight_sync(sync_rows or [], rollout_rows or [])
     return problems
 
 
@@ -388,22 +623,31 @@ def check_run(settings: Any, out: Path) -> int:
     if not metrics.is_file() or not config_path.is_file():
         print(f"smoke check: {out} has no metrics.jsonl or config.yaml (the run did not train)")
         return 1
+    chair_optional = os.environ.get("CHAIR_OPTIONAL", "") == "1"
     rows = read_metrics(metrics)
     config = OmegaConf.load(config_path)
-    problems = check_metrics(rows, config)
+    problems = check_metrics(rows, config, chair_optional=chair_optional)
     ranks = OmegaConf.select(config, "trainer.n_gpus_per_node")
     if ranks != settings.ranks or OmegaConf.select(config, "trainer.nnodes") != 1:
         problems.append(f"the run had {ranks} rank(s), expected {settings.ranks}")
     # verl's own trainer (plugin_overhead's baseline) writes no trace and no run settings
     ours = OmegaConf.select(config, "trainer.v1.trainer_mode") == "entropyrl"
     problems += check_checkpoint(config, int(config.trainer.total_training_steps), ours=ours)
+    hf_rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "hf"
     if ours:
+        folder = out / "trace"
         with expected_verl_messages(verbose=False):  # verl's import warnings: nothing to say
-            problems += check_trace(trace.read(out / "trace", "driver"), config)
+            problems += check_trace(
+                trace.read(folder, "driver"),
+                config,
+                sync_rows=trace.read(folder, "sync") if hf_rollout else None,
+                rollout_rows=trace.read(folder, "rollout") if hf_rollout else None,
+                chair_optional=chair_optional,
+            )
     if problems:
         print(summarize(rows))
         print("smoke check FAILED:\n  " + "\n  ".join(problems))
         return 1
-    trained = sum(1 for row in rows if row["step"] >= 1)
+    trained = sum(1 for row in rows if is_training_row(row))
     print(f"smoke check passed: {trained} steps in {metrics}")
     return 0

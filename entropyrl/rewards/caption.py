@@ -53,6 +53,7 @@ CAPTION_FIELDS = (
     "chair_i",
     "chair_s",
     "recall",
+    "hallucinated",
     "words",
     "chair_ok",
     "chair_fallback",
@@ -116,6 +117,9 @@ class CaptionRewardResult(Sequence[Score]):
             "chair_i": float(self.chair_i[i]),
             "chair_s": float(self.chair_s[i]),
             "recall": float(self.recall[i]),
+            "hallucinated": (
+                float(self.hallucinated[i]) if self.hallucinated is not None else float("nan")
+            ),
             "words": float(self.words[i]) if self.words is not None else float("nan"),
             "chair_ok": ok,
             "chair_fallback": fallback,

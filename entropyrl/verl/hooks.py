@@ -76,6 +76,16 @@ def _finite_value(info: Mapping[str, Any] | None, name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def reward_infos(extra_fields: Sequence[Any]) -> list[dict[str, Any] | None]:
+    """Each row's reward extra info as plain values (what the reward reported beside its score:
+    the caption reward's `cider`, `chair_i`, ...), for the trace."""
+    infos = []
+    for fields in extra_fields:
+        info = _reward_info(fields)
+        infos.append(None if info is None else {k: _unwrap(v) for k, v in info.items()})
+    return infos
+
+
 def _real_rows(
     extra_fields: Sequence[Any], valid: torch.Tensor | None
 ) -> list[Mapping[str, Any] | None]:
@@ -107,7 +117,7 @@ def chair_from_extra_fields(extra_fields: Sequence[Any] | None, batch_size: int)
 
 # The caption reward's parts (`entropyrl.rewards.caption.CAPTION_FIELDS`) logged per step beside
 # verl's `critic/score`, so a user tuning `chair_weight` sees which part moved.
-REWARD_PARTS = ("cider", "chair_s", "recall", "words")
+REWARD_PARTS = ("cider", "chair_s", "recall", "hallucinated", "words")
 
 
 def reward_part_metrics(

@@ -8,6 +8,12 @@ used). Samples are matched by a key that both sides hold and that does not depen
 batch was split or ordered: a hash of the prompt's dataset index and the response tokens. Two
 rows share a key only when they are the same response to the same prompt, and then every traced
 value agrees. Off by default: nothing is computed or written.
+
+The weight-sync probe: each time verl syncs the actor's weights to the `hf` rollout, the sending
+rank writes the fingerprint of every tensor it sent (`DIR/sync-*.jsonl`), and the rollout
+server, each time it generates, writes the fingerprint of the weights it generated with
+(`DIR/rollout-*.jsonl`, the tensors listed once per distinct state). A rollout that generates
+with anything but the last weights the actor sent shows as a fingerprint that differs.
 """
 
 from __future__ import annotations
@@ -92,6 +98,25 @@ def row_values(value: Any, size: int) -> list[Any]:
     if len(items) != size:
         raise ValueError(f"a per-row field has {len(items)} values for {size} rows")
     return [_plain(item) for item in items]
+
+
+def tensor_fingerprints(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, str]:
+    """{name: 16 hex digits of blake2b over the tensor's float32 bytes}: two tensors of one
+    name get the same fingerprint exactly when their values are equal in float32, so a weight
+    that moved by one rounding step (lr 1e-6 on an fp32 master weight) shows."""
+    prints = {}
+    for name, tensor in named:
+        values = tensor.detach().to("cpu", torch.float32).contiguous()
+        prints[name] = hashlib.blake2b(values.numpy().tobytes(), digest_size=8).hexdigest()
+    return prints
+
+
+def state_digest(fingerprints: dict[str, str]) -> str:
+    """One name for a whole set of tensor fingerprints (names and values, order-free)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for name in sorted(fingerprints):
+        digest.update(f"{name}={fingerprints[name]};".encode())
+    return digest.hexdigest()
 
 
 def write(name: str, rows: Iterable[dict[str, Any]]) -> None:
@@ -203,6 +228,7 @@ def driver_rows(
     step: int,
     scores: torch.Tensor | None = None,
     groups: Sequence[Any] | None = None,
+    reward_parts: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for one step of the entropy-aware trainer, in the order of its (balanced) batch.
 
@@ -210,7 +236,9 @@ def driver_rows(
     actor ranks computed for the sample, the reference's log-probs when there is a reference,
     verl's `seq_len` tag (what `balance_batch` sorts on), the sample's reward (`score`), its
     GRPO group (`group`: verl's uid) and response tokens, so a step's advantages can be computed
-    again from the trace; `run` (the trainer's process id) tells a resumed run's rows apart.
+    again from the trace; `run` (the trainer's process id) tells a resumed run's rows apart;
+    `reward_parts` is what the reward reported beside the score (its extra info), so the score
+    can be recomposed from its parts.
     """
     mask = tensors["response_mask"]
     rows = sample_rows(
@@ -228,7 +256,8 @@ def driver_rows(
     size = mask.shape[0]
     score_list = [None] * size if scores is None else [float(v) for v in scores.reshape(-1)]
     group_list = [None] * size if groups is None else [_plain(g) for g in groups]
-    for row, chair, keep, seq_len, logp, ent, ref, score, group, tokens in zip(
+    parts_list = [None] * size if reward_parts is None else list(reward_parts)
+    for row, chair, keep, seq_len, logp, ent, ref, score, group, tokens, parts in zip(
         rows,
         chair_i.tolist(),
         valid.tolist(),
@@ -239,6 +268,7 @@ def driver_rows(
         score_list,
         group_list,
         response,
+        parts_list,
     ):
         row.update(
             run=os.getpid(),
@@ -251,6 +281,7 @@ def driver_rows(
             ref_log_prob=ref,
             score=score,
             group=group,
+            reward_parts=None if parts is None else {k: _plain(v) for k, v in parts.items()},
         )
     return rows
 

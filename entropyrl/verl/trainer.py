@@ -45,6 +45,7 @@ from entropyrl.verl.hooks import (
     chair_from_extra_fields,
     chair_status_metrics,
     clip_ratio_high_from_chair,
+    reward_infos,
     reward_part_metrics,
 )
 from entropyrl.verl.inputs import advantage_inputs
@@ -57,7 +58,7 @@ TRAINER_MODE = "entropyrl"
 RESOLVED_CONFIG_ENV = "ENTROPYRL_RESOLVED_CONFIG"
 _TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")
 # CHAIR values a caption the service could not score carries as NaN (entropyrl.verl.rewards)
-CHAIR_VALUES = ("chair_i", "chair_s", "recall")
+CHAIR_VALUES = ("chair_i", "chair_s", "recall", "hallucinated")
 
 
 def _available(batch: Any, names: tuple[str, ...]) -> list[str]:
@@ -248,7 +249,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         metrics.update(chair_status_metrics(extra_fields, valid))
         metrics.update(reward_part_metrics(extra_fields, valid))
         if tracing:
-            self._trace(batch, tensors, clip_high, chair_i, valid)
+            self._trace(batch, tensors, clip_high, chair_i, valid, extra_fields)
         if clip_high is not None:
             batch = tq.kv_batch_put(
                 keys=batch.keys,
@@ -264,6 +265,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         clip_high: torch.Tensor | None,
         chair_i: torch.Tensor,
         valid: torch.Tensor,
+        extra_fields: list[Any] | None,
     ) -> None:
         """Record what this step computed per sample (`entropyrl.verl.trace`)."""
         names = ["advantages", "uid", "rm_scores", *_available(batch, ("index",))]
@@ -281,6 +283,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
             step=int(self.global_steps),
             scores=None if scores is None else scores.sum(dim=-1),
             groups=trace.row_values(got.get("uid", None), len(batch)),
+            reward_parts=None if extra_fields is None else reward_infos(extra_fields),
         )
         trace.write("driver", rows)
 

@@ -103,6 +103,7 @@ def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service)
             "chair_i",
             "chair_s",
             "recall",
+            "hallucinated",
             "words",
             "chair_ok",
             "chair_fallback",

@@ -39,6 +39,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections import defaultdict, deque
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from entropyrl.files import json_dumps
+from entropyrl.verl import trace
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +224,9 @@ class HFRolloutServer:
         self._worker: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self.requests_served = 0
+        self._weights_key: tuple | None = None  # (name, storage, version) of every tensor
+        self._weights_state: str | None = None
+        self._replay_traced = False
         self.record_path = os.environ.get(RECORD_ENV) or None
         replay = os.environ.get(REPLAY_ENV) or None
         self.replay_path = replay
@@ -273,6 +278,12 @@ class HFRolloutServer:
         keyed = replaying or self.record_path or self.deterministic
         key = prompt_key(prompt_ids, images) if keyed else ""
         if replaying:
+            if trace.trace_dir() is not None and not self._replay_traced:
+                self._replay_traced = True
+                trace.write(
+                    f"rollout-{self.replica_rank}-{os.getpid()}",
+                    [{"t": time.time(), "replica": self.replica_rank, "replay": True}],
+                )
             answer = await self._replay.take.remote(key)
             if answer is None:
                 raise RuntimeError(
@@ -371,9 +382,36 @@ class HFRolloutServer:
         self._queue = rest
         return batch
 
+    def _weights_in_use(self) -> dict[str, torch.Tensor]:
+        """Every tensor the policy generates with, under the names a weight sync sends: the
+        model's own state-dict names, and with LoRA also the adapters' peft names."""
+        tensors = dict(self.model.state_dict())
+        if self.adapter_config is not None:
+            from peft import get_peft_model_state_dict
+
+            tensors.update(get_peft_model_state_dict(self.model))
+        return tensors
+
+    def _trace_weights(self, requests: int) -> None:
+        """The weight-sync probe's rollout side (`entropyrl.verl.trace`): one row per generate
+        call with the digest of the weights in use, their fingerprints whenever they changed
+        (a tensor's in-place version counter tells, without hashing every call)."""
+        tensors = self._weights_in_use()
+        key = tuple((name, t.data_ptr(), t._version) for name, t in sorted(tensors.items()))
+        row: dict[str, Any] = {"t": time.time(), "replica": self.replica_rank}
+        row.update(step=self.global_steps, requests=requests)
+        if key != self._weights_key:
+            fingerprints = trace.tensor_fingerprints(tensors.items())
+            self._weights_key, self._weights_state = key, trace.state_digest(fingerprints)
+            row["tensors"] = fingerprints
+        row["state"] = self._weights_state
+        trace.write(f"rollout-{self.replica_rank}-{os.getpid()}", [row])
+
     @torch.no_grad()
     def _decode(self, requests: list[dict[str, Any]]) -> list[tuple[list[int], list[float]]]:
         """Left-padded batched `generate`; log-probs of the sampled tokens at the temperature."""
+        if trace.trace_dir() is not None:
+            self._trace_weights(len(requests))
         lengths = [len(r["prompt_ids"]) for r in requests]
         width = max(lengths)
         input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
@@ -596,6 +634,27 @@ class HFRolloutReplica(RolloutReplica):
         self._server_address = f"{address}:{port}"
 
 
+def trace_weight_sync(
+    replica: int,
+    state: dict[str, torch.Tensor],
+    global_steps: int | None,
+    peft_config: Any,
+    base_sync_done: bool,
+) -> None:
+    """The weight-sync probe's actor side (`entropyrl.verl.trace`): the fingerprint of every
+    tensor one sync handed replica `replica`'s server, written once the server has loaded them.
+    Kinds: `weights` (full parameters), `adapter` (LoRA adapters, every step) and `lora_base`
+    (LoRA's base weights, once, under names the server maps; not compared)."""
+    if trace.trace_dir() is None:
+        return
+    kind = "weights" if peft_config is None else "adapter"
+    if peft_config is not None and not base_sync_done:
+        kind = "lora_base"
+    row = {"t": time.time(), "replica": replica, "kind": kind, "step": global_steps}
+    row["tensors"] = trace.tensor_fingerprints(state.items())
+    trace.write(f"sync-{replica}-{os.getpid()}", [row])
+
+
 class HFServerAdapter(BaseRollout):
     """The rollout object inside each actor worker: forwards weight syncs to the replica's server."""
 
@@ -643,3 +702,4 @@ class HFServerAdapter(BaseRollout):
             await self._server_handle().update_weights.remote(
                 state, global_steps, peft_config, base_sync_done
             )
+            trace_weight_sync(self.replica_rank, state, global_steps, peft_config, base_sync_done)
