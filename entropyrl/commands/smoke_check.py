@@ -166,13 +166,32 @@ def sequence_entropy(row: dict[str, Any], end_tag: list[int] | None, mode: str) 
     return sum(part) / len(part) if part else None
 
 
+def _group_ranks(scores: list[float], indices: list[int]) -> dict[int, float]:
+    """Rank of each member of one group, 0 for the best score, tied scores their mean rank."""
+    ordered = sorted(indices, key=lambda i: -scores[i])
+    ranks: dict[int, float] = {}
+    start = 0
+    while start < len(ordered):
+        stop = start
+        while stop + 1 < len(ordered) and scores[ordered[stop + 1]] == scores[ordered[start]]:
+            stop += 1
+        for position in range(start, stop + 1):
+            ranks[ordered[position]] = (start + stop) / 2
+        start = stop + 1
+    return ranks
+
+
 def expected_advantages(
     rows: list[dict[str, Any]], config: Any, end_tag: list[int] | None
 ) -> tuple[list[list[float]], list[list[float]]]:
     """(the per-token advantages each row of one step should have under the config's estimator,
     the plain GRPO advantages of the same rows) for `rows` of one step; a row without entropy
-    keeps its GRPO advantage under the entropy-guided estimators."""
+    keeps its GRPO advantage under the entropy-guided estimators. The settings (and their
+    defaults) are read through `entropyrl.specs`; the formulas are written out here."""
+    from entropyrl.specs import algorithm_specs
+
     get = _getter(config)
+    specs = algorithm_specs(get("algorithm"))
     name = get("algorithm.adv_estimator")
     scores = [row["score"] for row in rows]
     groups = [row["group"] for row in rows]
@@ -181,19 +200,17 @@ def expected_advantages(
     base = grpo_reference(scores, groups, norm, singleton=singleton)
     lengths = [len(row["advantages"]) for row in rows]
     baseline = [[a] * n for a, n in zip(base, lengths)]
-    mode = get("algorithm.entropy.mode", "answer")
     if name == "grpo":
         return baseline, baseline
     if name in ("egpo", "egpo_ratio"):
-        means = [sequence_entropy(row, end_tag, mode) for row in rows]
+        means = [sequence_entropy(row, end_tag, specs.entropy.mode) for row in rows]
     if name == "egpo":
-        lam, alpha = get("algorithm.egpo_bonus.lam", 0.4), get("algorithm.egpo_bonus.alpha", 2.0)
+        lam, alpha = specs.egpo_bonus.lam, specs.egpo_bonus.alpha
         values = [a if h is None else a + lam * min(h, abs(a) / alpha) for a, h in zip(base, means)]
         return [[v] * n for v, n in zip(values, lengths)], baseline
     if name == "egpo_ratio":
-        low = get("algorithm.egpo_ratio.lambda_min", 0.5)
-        high = get("algorithm.egpo_ratio.lambda_max", 2.0)
-        eps = get("algorithm.egpo_ratio.entropy_epsilon", 1e-6)
+        low, high = specs.egpo_ratio.lambda_min, specs.egpo_ratio.lambda_max
+        eps = specs.egpo_ratio.entropy_epsilon
         by_group: dict[Any, list[float]] = defaultdict(list)
         for group, h in zip(groups, means):
             if h is not None:
@@ -207,8 +224,7 @@ def expected_advantages(
             values.append(a * min(max(mean / (h + eps), low), high))
         return [[v] * n for v, n in zip(values, lengths)], baseline
     if name == "entropy_adv":
-        alpha = get("algorithm.entropy_adv.alpha", 0.4)
-        kappa = get("algorithm.entropy_adv.kappa", 2.0)
+        alpha, kappa = specs.entropy_adv.alpha, specs.entropy_adv.kappa
         expected = []
         for a, row, n in zip(base, rows, lengths):
             tokens = row.get("entropy")
@@ -218,48 +234,50 @@ def expected_advantages(
             expected.append([a + min(alpha * (h or 0.0), abs(a) / kappa) for h in tokens])
         return expected, baseline
     if name == "maxent_grpo":
-        tau, beta = get("algorithm.maxent.tau", 1.0), get("algorithm.maxent.beta", 0.1)
-        temperature = get("algorithm.maxent.temperature", 1.0)
-        if get("algorithm.maxent.source", "rewards") != "rewards":
-            raise NotImplementedError("the check writes out maxent_grpo for source=rewards only")
-        logits = [
-            (score / temperature + beta * sum(row["ref_log_prob"])) / (tau + beta)
-            for score, row in zip(scores, rows)
-        ]
+        spec = specs.maxent
         members: dict[Any, list[int]] = defaultdict(list)
         for i, group in enumerate(groups):
             members[group].append(i)
         values = [0.0] * len(rows)
         for indices in members.values():
-            top = max(logits[i] for i in indices)
-            weights = [math.exp(logits[i] - top) for i in indices]
-            total = sum(weights)
-            for i, weight in zip(indices, weights):
-                values[i] = len(indices) * weight / total - 1.0
+            if spec.source == "ranks":
+                ranks = _group_ranks(scores, indices)
+                target = {i: -ranks[i] / spec.temperature for i in indices}
+            else:
+                target = {i: scores[i] / spec.temperature for i in indices}
+            logits = {
+                i: (target[i] + spec.beta * sum(rows[i]["ref_log_prob"])) / (spec.tau + spec.beta)
+                for i in indices
+            }
+            top = max(logits.values())
+            weights = {i: math.exp(logits[i] - top) for i in indices}
+            total = sum(weights.values())
+            for i in indices:
+                values[i] = len(indices) * weights[i] / total - 1.0
         return [[v] * n for v, n in zip(values, lengths)], baseline
     raise ValueError(f"the smoke check has no formula for estimator {name!r}")
 
 
 def clip_rule(chair: float | None, spec: Any) -> float:
-    """The bound the clip schedule gives a sample with CHAIR_i `chair` (None: not scored)."""
-    low, high = float(spec.get("low", 0.3)), float(spec.get("high", 0.5))
-    neutral = spec.get("neutral")
+    """The bound the clip schedule `spec` (an `algorithm.clip_schedule` mapping; its defaults
+    read through `entropyrl.specs`) gives a sample with CHAIR_i `chair` (None: not scored)."""
+    from entropyrl.specs import ClipScheduleSpec
+
+    if not isinstance(spec, ClipScheduleSpec):
+        spec = ClipScheduleSpec.from_mapping(spec)
     if chair is None:
-        return low if neutral is None else float(neutral)
-    threshold = float(spec.get("threshold", 1e-4))
-    rule = spec.get("rule", "step")
-    if rule == "step":
-        share = 1.0 if chair >= threshold else 0.0
-    elif rule == "linear":
-        saturation = float(spec.get("saturation", 1.0))
-        share = min(max((chair - threshold) / (saturation - threshold), 0.0), 1.0)
-    elif rule == "sigmoid":
-        share = 1.0 / (1.0 + math.exp(-(chair - threshold) / float(spec.get("temperature", 0.1))))
+        return spec.low if spec.neutral is None else spec.neutral
+    if spec.rule == "step":
+        share = 1.0 if chair >= spec.threshold else 0.0
+    elif spec.rule == "linear":
+        share = min(max((chair - spec.threshold) / (spec.saturation - spec.threshold), 0.0), 1.0)
+    elif spec.rule == "sigmoid":
+        share = 1.0 / (1.0 + math.exp(-(chair - spec.threshold) / spec.temperature))
     else:
-        raise ValueError(f"the smoke check has no formula for clip rule {rule!r}")
-    start, end = (low, high)
-    if spec.get("direction", "hallucinated_high") != "hallucinated_high":
-        start, end = high, low
+        raise ValueError(f"the smoke check has no formula for clip rule {spec.rule!r}")
+    start, end = (spec.low, spec.high)
+    if spec.direction != "hallucinated_high":
+        start, end = spec.high, spec.low
     return start + (end - start) * share
 
 
@@ -486,9 +504,12 @@ def check_bounds(
     rows: list[dict[str, Any]], config: Any, *, chair_optional: bool = False
 ) -> list[str]:
     """Each sample's clip-high bound against the schedule's rule for its own CHAIR_i."""
-    spec = _getter(config)("algorithm.clip_schedule", None)
-    if spec is None or not spec.get("enable", False):
+    from entropyrl.specs import ClipScheduleSpec
+
+    mapping = _getter(config)("algorithm.clip_schedule", None)
+    if mapping is None or not mapping.get("enable", False):
         return []
+    spec = ClipScheduleSpec.from_mapping(mapping)
     problems = []
     for step, _, step_rows in _steps_of(rows):
         for row in step_rows:
@@ -499,8 +520,7 @@ def check_bounds(
             if _relative(got, want) > TOLERANCE:
                 problems.append(
                     f"step {step}: CHAIR_i {row['chair_i']} got bound {got:.6g}, the "
-                    f"{spec.get('rule', 'step')} rule ({spec.get('direction', 'hallucinated_high')}) "
-                    f"gives {want:.6g}"
+                    f"{spec.rule} rule ({spec.direction}) gives {want:.6g}"
                 )
                 break
     scored = [row["chair_i"] for row in rows if row["chair_i"] is not None]

@@ -1,9 +1,14 @@
-"""Both engines give the same advantages and clip bounds for the same spec and inputs.
+"""Both engines give the advantages and clip bounds that the formulas written out in the smoke
+check (`entropyrl.commands.smoke_check`, independent of `entropyrl.advantages`,
+`entropyrl.clip_schedules` and verl) give for the same spec and inputs.
 
 verl path: the trainer's input builder (`hooks.build_advantage_inputs`) and verl's own
 `compute_advantage` calling our registered estimator; local path: `local.rl.compute_advantages`
 and `local.rl.sample_clip_high` as `rl_step` calls them. One spec, parsed once from a
-verl-style `algorithm` mapping, drives both.
+verl-style `algorithm` mapping, drives both. The engines share one table of estimators by
+design, so comparing them with each other alone would hold by construction: each is compared
+with the written-out formula, through its own input plumbing (segments, groups, the
+reference's log-probs).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
 from entropyrl.algorithms import ESTIMATORS
+from entropyrl.commands.smoke_check import clip_rule, expected_advantages
 from entropyrl.local.rl import RLSettings, compute_advantages, sample_clip_high
 from entropyrl.specs import PpoClipSpec, algorithm_specs
 from entropyrl.verl.hooks import build_advantage_inputs, clip_ratio_high_from_chair
@@ -48,6 +54,7 @@ def batch(seed: int, groups: int = 3, per_group: int = 4, width: int = 8):
     entropy = torch.rand(n, width, generator=gen) * 2 * mask
     ref = -torch.rand(n, width, generator=gen) * mask
     chair = torch.rand(n, generator=gen) * 0.4
+    chair[0] = 0.0  # a clean caption
     chair[3] = float("nan")
     return responses, mask, rewards, scores, group, entropy, ref, chair
 
@@ -102,16 +109,47 @@ def test_same_advantages(name, seed):
         responses=responses,
         ref_seq_log_prob=(ref * mask).sum(-1),
     )
-    # verl's grpo is its own implementation (float32 std); ours agrees to float32 rounding.
-    tolerance = {"atol": 1e-5, "rtol": 1e-5} if name == "grpo" else {"atol": 0, "rtol": 0}
-    torch.testing.assert_close(verl_adv, local.token.float(), **tolerance)
+    reference = written_out(name, algorithm, responses, mask, scores, group, entropy, ref)
+    tolerance = {"atol": 1e-5, "rtol": 1e-5}  # float32 against float64 arithmetic
+    torch.testing.assert_close(verl_adv, reference, **tolerance)
+    if name != "grpo":  # the local runner's grpo gives a group of one 0, verl's r / (1 + eps)
+        torch.testing.assert_close(local.token.float(), reference, **tolerance)
 
 
-def test_same_clip_bounds():
+def written_out(name, algorithm, responses, mask, scores, group, entropy, ref) -> torch.Tensor:
+    """The smoke check's formulas on the same batch, as a [B, T] tensor (0 on padding)."""
+    rows = []
+    for i in range(len(scores)):
+        keep = mask[i].bool()
+        rows.append(
+            {
+                "score": float(scores[i]),
+                "group": int(group[i]),
+                "response": responses[i][keep].tolist(),
+                "entropy": entropy[i][keep].tolist(),
+                "ref_log_prob": ref[i][keep].tolist(),
+                "advantages": [0.0] * int(keep.sum()),
+            }
+        )
+    values, _ = expected_advantages(rows, OmegaConf.create({"algorithm": algorithm}), THINK[1])
+    out = torch.zeros(mask.shape)
+    for i, row_values in enumerate(values):
+        out[i, : len(row_values)] = torch.tensor(row_values)
+    return out
+
+
+@pytest.mark.parametrize("rule", ["step", "linear", "sigmoid"])
+@pytest.mark.parametrize("direction", ["hallucinated_high", "hallucinated_low"])
+def test_same_clip_bounds(rule, direction):
     *_, chair = batch(3)
-    specs = algorithm_specs(ALGORITHM)
+    schedule = {**ALGORITHM["clip_schedule"], "rule": rule, "direction": direction}
+    specs = algorithm_specs({**ALGORITHM, "clip_schedule": schedule})
     verl_bounds, _ = clip_ratio_high_from_chair(chair, specs.clip_schedule)
     settings = local_settings("grpo", specs)
     local_bounds = sample_clip_high(settings, chair.numpy(), len(chair))
-    torch.testing.assert_close(verl_bounds, local_bounds, atol=0, rtol=0)
+    reference = [clip_rule(None if c != c else float(c), schedule) for c in chair.tolist()]
+    assert verl_bounds.tolist() == pytest.approx(reference, abs=1e-6)
+    assert local_bounds.tolist() == pytest.approx(reference, abs=1e-6)
+    # the batch spans the rule's range: both ends for `step`, many values for the others
+    assert len({round(b, 4) for b in reference}) >= (2 if rule == "step" else 5)
     assert verl_bounds[3] == pytest.approx(0.25)  # no CHAIR score: the neutral (low) bound
