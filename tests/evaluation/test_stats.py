@@ -1,4 +1,6 @@
-"""Bootstrap over images: intervals, ratio-of-sums statistics, paired differences, determinism."""
+"""Bootstrap over images: intervals, ratio-of-sums statistics, paired differences, determinism;
+and the intervals against outside references: scipy.stats.bootstrap's percentile method, the
+closed form of a mean's bootstrap distribution, and coverage on known distributions."""
 
 from __future__ import annotations
 
@@ -167,3 +169,132 @@ def test_interval_properties(rows, seed):
     assert result.estimate == pytest.approx(direct)
     assert 0.0 <= result.low <= result.high <= 1.0
     assert bootstrap_interval(rows, ratio_of_sums, resamples=200, seed=seed) == result
+
+
+# --- against outside references: scipy's bootstrap, a closed form, coverage --------------------
+
+# Monte Carlo error of a percentile bound. The p-quantile of B draws from a distribution with
+# density f at that quantile has standard deviation sqrt(p (1 - p) / B) / f (the asymptotic
+# variance of a sample quantile). For a bootstrap distribution close to normal with standard
+# deviation SE, f = phi(z_p) / SE, so at p = 0.025 the bound moves by
+# sqrt(0.025 * 0.975) / phi(1.96) * SE / sqrt(B) = 2.67 SE / sqrt(B) between seeds.
+QUANTILE_NOISE = np.sqrt(0.025 * 0.975) / (np.exp(-(1.96**2) / 2) / np.sqrt(2 * np.pi))
+REFERENCE_RESAMPLES = 20_000
+
+
+def bound_tolerance(standard_error: float, resamples: int, reference_resamples: int) -> float:
+    """Five standard deviations of the difference of two independent Monte Carlo estimates of
+    one percentile bound (`QUANTILE_NOISE`): a real error of the interval (a level of 0.90
+    instead of 0.95 moves each bound by 0.31 SE) is far outside it at these resample counts."""
+    spread = QUANTILE_NOISE * standard_error * np.sqrt(1 / resamples + 1 / reference_resamples)
+    return float(5 * spread)
+
+
+def scipy_percentile(data: tuple[np.ndarray, ...], statistic, *, seed: int):
+    """scipy.stats.bootstrap's percentile interval (rows resampled together: `paired=True`)."""
+    from scipy.stats import bootstrap
+
+    return bootstrap(
+        data,
+        statistic,
+        paired=len(data) > 1,
+        vectorized=True,
+        n_resamples=REFERENCE_RESAMPLES,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(seed),
+    )
+
+
+def assert_same_interval(ours, reference, resamples: int) -> None:
+    tolerance = bound_tolerance(reference.standard_error, resamples, REFERENCE_RESAMPLES)
+    assert ours.low == pytest.approx(reference.confidence_interval.low, abs=tolerance)
+    assert ours.high == pytest.approx(reference.confidence_interval.high, abs=tolerance)
+
+
+def test_mean_interval_equals_scipys_percentile_bootstrap():
+    values = np.random.default_rng(10).exponential(size=200)  # skewed: not a symmetric case
+    ours = bootstrap_interval(values, mean, resamples=REFERENCE_RESAMPLES, seed=1)
+    reference = scipy_percentile((values,), lambda v, axis: v.mean(axis=axis), seed=2)
+    assert ours.estimate == pytest.approx(values.mean())
+    assert_same_interval(ours, reference, REFERENCE_RESAMPLES)
+
+
+def test_ratio_of_sums_interval_equals_scipys_paired_bootstrap():
+    # CHAIR_i: an image's (hallucinated, mentions) stay together, as scipy's paired resampling
+    per_image = chair_like(300, 0.2, seed=11)
+    wrong, mentions = (np.array(column) for column in zip(*per_image.values()))
+    ours = bootstrap_interval(per_image, ratio_of_sums, resamples=REFERENCE_RESAMPLES, seed=1)
+    reference = scipy_percentile(
+        (wrong, mentions), lambda w, m, axis: w.sum(axis=axis) / m.sum(axis=axis), seed=2
+    )
+    assert_same_interval(ours, reference, REFERENCE_RESAMPLES)
+
+
+def test_paired_difference_equals_scipys_paired_bootstrap():
+    rng = np.random.default_rng(12)
+    base = rng.binomial(1, 0.5, size=250).astype(float)
+    # the other model agrees with the base on most images: pairing matters for the width
+    other = np.where(rng.random(250) < 0.8, base, rng.binomial(1, 0.3, size=250))
+    ours = paired_difference(other, base, mean, resamples=REFERENCE_RESAMPLES, seed=1)
+    reference = scipy_percentile(
+        (other, base), lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis), seed=2
+    )
+    assert_same_interval(ours, reference, REFERENCE_RESAMPLES)
+    unpaired = np.hypot(other.std() / np.sqrt(250), base.std() / np.sqrt(250))
+    assert reference.standard_error < 0.8 * unpaired  # the case tells paired from unpaired
+
+
+def test_two_images_give_the_exact_bootstrap_distribution():
+    # the mean of two resampled values 0 and 1 is 0 (p 1/4), 1/2 (p 1/2) or 1 (p 1/4): the
+    # 2.5 % and 97.5 % points are 0 and 1 exactly
+    result = bootstrap_interval([0.0, 1.0], mean, resamples=4000, seed=3)
+    assert (result.estimate, result.low, result.high) == (0.5, 0.0, 1.0)
+
+
+def test_mean_interval_approaches_the_normal_closed_form():
+    # The bootstrap distribution of a mean of n values has the plug-in variance / n
+    # (sd = values.std(ddof=0) / sqrt(n)) and, for large n, is close to normal, so the
+    # percentile interval approaches mean -+ 1.96 sd.
+    values = np.random.default_rng(13).normal(3.0, 2.0, size=2000)
+    result = bootstrap_interval(values, mean, resamples=REFERENCE_RESAMPLES, seed=4)
+    sd = values.std() / np.sqrt(len(values))
+    tolerance = bound_tolerance(sd, REFERENCE_RESAMPLES, REFERENCE_RESAMPLES)
+    assert result.low == pytest.approx(values.mean() - 1.96 * sd, abs=tolerance)
+    assert result.high == pytest.approx(values.mean() + 1.96 * sd, abs=tolerance)
+
+
+def coverage(trials: int, seed: int, draw, truth: float, statistic) -> float:
+    """Share of `trials` 95 % intervals (the evaluation's 1,000 resamples) covering `truth`,
+    each over a fresh sample `draw(rng)`."""
+    rng = np.random.default_rng(seed)
+    covered = 0
+    for trial in range(trials):
+        found = bootstrap_interval(draw(rng), statistic, resamples=1000, seed=trial)
+        covered += found.low <= truth <= found.high
+    return covered / trials
+
+
+# Three binomial standard deviations of a covered share at 0.95 over TRIALS intervals (0.021).
+# The percentile interval of a mean of n normal values is about mean -+ 1.96 sqrt((n-1)/n) s /
+# sqrt(n), which covers with probability P(|t_(n-1)| <= 1.96 sqrt((n-1)/n)) = 0.946 at n = 100:
+# a bias far inside the tolerance, while an interval of the wrong level (0.90: coverage 0.90)
+# or one that resampled the wrong unit is far outside it.
+TRIALS = 1000
+COVERAGE_TOLERANCE = 3 * np.sqrt(0.95 * 0.05 / TRIALS)
+
+
+def test_mean_intervals_cover_the_true_mean_95_percent_of_the_time():
+    rate = coverage(TRIALS, 20, lambda rng: rng.normal(1.0, 1.0, size=100), 1.0, mean)
+    assert rate == pytest.approx(0.95, abs=COVERAGE_TOLERANCE)
+
+
+def test_chair_i_intervals_cover_the_true_rate_95_percent_of_the_time():
+    # 100 images, 1-8 mentions each, each mention hallucinated with probability 0.2: the ratio
+    # of sums estimates 0.2 without bias
+    def draw(rng: np.random.Generator) -> np.ndarray:
+        mentions = rng.integers(1, 9, size=100)
+        return np.stack([rng.binomial(mentions, 0.2), mentions], axis=1)
+
+    rate = coverage(TRIALS, 21, draw, 0.2, ratio_of_sums)
+    assert rate == pytest.approx(0.95, abs=COVERAGE_TOLERANCE)
