@@ -107,6 +107,45 @@ def smoke_assets(smoke_cache):
     return assets
 
 
+# --- how tests are shared among worker processes, and the order they start in ---
+
+# pytest-xdist's groups (`--dist loadgroup`, tools/test.sh): a test marked `xdist_group(NAME)`
+# runs in the worker that runs every other test of NAME. The real smoke runs are such groups
+# (tests/verl/conftest.py); every other test is grouped by its module here, so a module's
+# expensive module-scoped fixture (a tiny model trained, an evaluation run) is made in one worker
+# only. The long groups come first, longest first: each worker takes the next group when it runs
+# dry (`--no-loadscope-reorder` keeps this order), so the long runs start at once, side by side,
+# and the short modules fill the end.
+LONG_GROUPS = (
+    "ranks",
+    "caption",
+    "qwen3_vl_two_ranks",
+    "fc",
+    "lora_caption_entropy_adv",
+    "lora_grpo_fc",
+    "fallbacks",
+    "mixed",
+    "tests/evaluation/test_eval_caption.py",
+)
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return mark.args[0] if mark.args else mark.kwargs.get("name")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _group(item) is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    rank = {name: i for i, name in enumerate(LONG_GROUPS)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(_group(item) or "", len(rank)), order[id(item)]))
+
+
 # --- CI skip policy (tests/test_ci_policy.py runs this block on its own) ---
 
 # In CI (`.ci/run` exports CI=true) a skip is a failure, wherever it is raised (a test, a
@@ -130,6 +169,8 @@ ALLOWED_SKIPS: dict[str, str] = {
 
 
 def _allowed(nodeid: str) -> str | None:
+    if "@" in nodeid.rsplit("]", 1)[-1]:  # pytest-xdist's `@group` suffix
+        nodeid = nodeid.rsplit("@", 1)[0]
     return ALLOWED_SKIPS.get(nodeid) or ALLOWED_SKIPS.get(nodeid.split("[")[0])
 
 

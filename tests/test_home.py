@@ -1,9 +1,11 @@
 """Tests write nothing under the user's home: a representative part of the suite, run with HOME
 set to an empty folder and none of the cache variables set, leaves that folder empty.
 
-What the parts exercise: the local runner end to end (tokenizer build and its cache, the CHAIR
-service and its ground-truth cache, torch, matplotlib's font cache, a temporary folder), and
-verl's dataset path (Hugging Face `datasets` and its cache) with the CHAIR command lines.
+What the parts exercise, each a cache that defaults to a folder under HOME: the tokenizer build
+and its cache, matplotlib's font cache and config, torch, the CHAIR service and its
+ground-truth cache, and verl's dataset path (Hugging Face `datasets` and its cache). Light tests
+that reach those caches, not a second run of the local runner end to end (the suite runs it
+once already).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = {
-    "local runner": ["tests/local/test_chair_outage.py"],
+    "tokenizer, matplotlib and torch": [
+        "tests/local/test_tokenizer.py",
+        "tests/local/test_curves.py",
+    ],
     "verl dataset and CHAIR commands": [
         "tests/verl/test_dataset.py::test_rlhf_dataset_reads_coco_parquet_with_images",
         "tests/chair/test_cli.py",

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Install what the tests need (idempotent), lint, and run the whole test suite.
 # Extra arguments go to pytest, e.g. `bash tools/test.sh -k chair -x`.
+#
+# The suite runs in TEST_WORKERS processes (pytest-xdist, default 2): the smoke runs are mostly
+# process start-up and waiting, so two side by side keep both cores busy. Tests that read the same
+# smoke run share an xdist group and run in one worker; each run is made once per session
+# (tests/verl/conftest.py). The slowest tests' durations are printed at the end.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -13,4 +18,9 @@ echo "== ruff"
 "$python" -m ruff format --check .
 
 echo "== pytest"
-"$python" -m pytest "$@"
+workers="${TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != 0 ]; then
+  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+fi
+"$python" -m pytest "${parallel[@]}" --durations=30 "$@"

@@ -3,14 +3,13 @@
 The tiny model builds, its checkpoint's processor loads through verl's `hf_processor` without
 torchvision, the `hf` rollout generates on an image with the model's own log-probs, and verl's
 remove-padding forward (which does not patch Qwen3-VL's attention) keeps packed sequences apart
-on PyTorch's attention. The slow test runs the whole smoke (ENTROPYRL_FULL_SMOKE=1).
+on PyTorch's attention. The whole smoke with Qwen3-VL (two ranks, through Ray) is the session's
+`qwen3_vl_two_ranks` run (tests/verl/test_ranks.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import types
 from pathlib import Path
 
@@ -326,24 +325,3 @@ def test_caption_warm_up_trains_qwen3_vl(tokenizer, processor, tmp_path):
         for _ in range(8)
     ]
     assert losses[-1] < losses[0]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("ENTROPYRL_FULL_SMOKE") != "1",
-    reason="runs with ENTROPYRL_FULL_SMOKE=1 (several minutes: the whole smoke through Ray)",
-)
-def test_chair_smoke_with_qwen3_vl(tmp_path):
-    out = tmp_path / "smoke"
-    result = subprocess.run(
-        ["bash", "examples/chair_mscoco.sh", "--smoke", "--out", str(out)],
-        cwd=REPO,
-        env={**os.environ, "SMOKE_MODEL": "qwen3_vl"},
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    log = out / "run.log"
-    tail = log.read_text()[-4000:] if log.is_file() else ""
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:] + tail
-    assert "smoke check passed" in result.stdout

@@ -1,0 +1,334 @@
+"""The smoke check fed recorded bad runs: each real run of the session (tests/verl/conftest.py),
+read back and changed the way a fault would change it, must fail with a line naming what is
+wrong, and pass unchanged.
+
+Faults, each as its run would record it: an estimator that fell back to GRPO (on every step,
+on the first step only, and where some samples lacked entropy), a constant bound, a bound from
+the wrong direction or the wrong rule, a rollout that kept its initial weights (full
+fine-tuning and LoRA adapters), a reward that lost its CIDEr-D part or gained a CHAIR penalty
+the config does not ask for, a validation row taken for a training step, a step missing from the
+trace; and runs the check cannot judge: groups whose rewards were all equal, CHAIR_i that never
+crossed the threshold. The same faults planted in the code of a real run (through a
+`sitecustomize` on PYTHONPATH, so every process of the run has them) are listed with what the
+check said in docs/smoke.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from entropyrl.commands.smoke_check import (
+    check_metrics,
+    check_trace,
+    clip_rule,
+    grpo_reference,
+    read_metrics,
+)
+from entropyrl.verl import trace
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Recorded:
+    """What a finished run wrote, as the check reads it."""
+
+    metrics: list[dict[str, Any]]
+    config: Any
+    driver: list[dict[str, Any]]
+    syncs: list[dict[str, Any]]
+    rollouts: list[dict[str, Any]]
+
+    def copy(self) -> Recorded:
+        return copy.deepcopy(self)
+
+    def trace_problems(self, **kwargs: Any) -> list[str]:
+        return check_trace(
+            self.driver, self.config, sync_rows=self.syncs, rollout_rows=self.rollouts, **kwargs
+        )
+
+    def real(self) -> list[dict[str, Any]]:
+        return [row for row in self.driver if not row["padding"]]
+
+
+def recorded(out: Path) -> Recorded:
+    folder = out / "trace"
+    return Recorded(
+        metrics=read_metrics(out / "metrics.jsonl"),
+        config=OmegaConf.load(out / "config.yaml"),
+        driver=trace.read(folder, "driver"),
+        syncs=trace.read(folder, "sync"),
+        rollouts=trace.read(folder, "rollout"),
+    )
+
+
+def one(problems: list[str], needle: str) -> str:
+    found = [line for line in problems if needle in line]
+    assert found, problems
+    return found[0]
+
+
+def set_grpo_advantages(rows: list[dict[str, Any]], config: Any, steps=None) -> None:
+    """What an estimator that fell back to GRPO writes: each sample's GRPO advantage."""
+    by_step: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        if steps is None or row["step"] in steps:
+            by_step.setdefault((row["step"], row["run"]), []).append(row)
+    norm = bool(config.algorithm.get("norm_adv_by_std_in_grpo", True))
+    for step_rows in by_step.values():
+        values = grpo_reference(
+            [r["score"] for r in step_rows], [r["group"] for r in step_rows], norm
+        )
+        for row, value in zip(step_rows, values):
+            row["advantages"] = [value] * len(row["advantages"])
+
+
+# -- the caption recipe (grpo, the CHAIR clip schedule) -----------------------------------------
+
+CAPTION = pytest.mark.xdist_group("caption")
+
+
+@pytest.fixture(scope="module")
+def caption(caption_run) -> Recorded:
+    return recorded(caption_run.out)
+
+
+@CAPTION
+def test_the_recorded_caption_run_passes(caption):
+    assert check_metrics(caption.metrics, caption.config) == []
+    assert caption.trace_problems() == []
+
+
+@CAPTION
+def test_a_constant_bound(caption):
+    bad = caption.copy()
+    for row in bad.driver:
+        row["clip_high"] = 0.3
+    one(bad.trace_problems(), "got bound 0.3, the step rule (hallucinated_high) gives 0.5")
+
+
+@CAPTION
+def test_a_bound_in_the_wrong_direction(caption):
+    bad = caption.copy()
+    reversed_spec = dict(OmegaConf.to_container(bad.config.algorithm.clip_schedule))
+    reversed_spec["direction"] = "hallucinated_low"
+    for row in bad.driver:
+        row["clip_high"] = clip_rule(row["chair_i"], reversed_spec)
+    one(bad.trace_problems(), "the step rule (hallucinated_high) gives")
+
+
+@CAPTION
+def test_a_bound_from_another_rule(caption):
+    bad = caption.copy()
+    bad.config.algorithm.clip_schedule.rule = "sigmoid"  # the run's bounds came from `step`
+    one(bad.trace_problems(), "the sigmoid rule (hallucinated_high) gives")
+
+
+@CAPTION
+def test_chair_that_never_crosses_the_threshold_cannot_be_judged(caption):
+    """A run whose captions were all clean: a constant low bound is then what the rule gives,
+    so the check cannot tell it from a constant bound and says so."""
+    bad = caption.copy()
+    for row in bad.driver:
+        row["chair_i"], row["clip_high"] = 0.0, 0.3
+    one(bad.trace_problems(), "could not judge the clip schedule")
+
+
+@CAPTION
+def test_without_any_chair_score_only_the_documented_fallback_passes(caption):
+    bad = caption.copy()
+    for row in bad.driver:
+        row["chair_i"], row["clip_high"] = None, 0.3
+    one(bad.trace_problems(), "could not judge the clip schedule: no sample got a CHAIR score")
+    assert not [p for p in bad.trace_problems(chair_optional=True) if "clip" in p]
+
+
+@CAPTION
+def test_a_reward_without_its_cider_part(caption):
+    bad = caption.copy()
+    for row in bad.real():
+        row["score"] -= row["reward_parts"]["cider"]
+    one(bad.trace_problems(), "a part of the reward is missing or extra")
+    bad = caption.copy()
+    del bad.real()[0]["reward_parts"]["cider"]
+    one(bad.trace_problems(), "the caption reward reported no cider")
+
+
+@CAPTION
+def test_a_reward_with_a_penalty_the_config_does_not_ask_for(caption):
+    bad = caption.copy()
+    for row in bad.real():
+        row["score"] -= row["reward_parts"]["chair_i"] or 0.0
+    one(bad.trace_problems(), "chair_weight 0.0): a part of the reward is missing or extra")
+
+
+@CAPTION
+def test_wrong_advantages_on_the_first_step_only(caption):
+    bad = caption.copy()
+    for row in bad.real():
+        if row["step"] == 1:
+            row["advantages"] = [0.0] * len(row["advantages"])
+    problems = bad.trace_problems()
+    assert one(problems, "differ from grpo's formula").startswith("step 1:")
+    assert not [p for p in problems if p.startswith(("step 2", "step 3"))]
+
+
+@CAPTION
+def test_groups_with_equal_rewards_cannot_be_judged(caption):
+    bad = caption.copy()
+    for row in bad.driver:
+        row["score"], row["advantages"] = 1.0, [0.0] * len(row["advantages"])
+        if row["reward_parts"]:
+            row["reward_parts"].update(cider=1.0, chair_ok=False)
+    one(bad.trace_problems(), "could not judge the advantages")
+
+
+@CAPTION
+def test_a_rollout_that_kept_its_initial_weights(caption):
+    """Every generation names the weights it started with, while the actor sent new ones."""
+    bad = caption.copy()
+    first = {}
+    for row in bad.rollouts:
+        first.setdefault(row["replica"], row)
+    for row in bad.rollouts:
+        row["state"] = first[row["replica"]]["state"]
+        row.pop("tensors", None)
+    for row in first.values():
+        row["tensors"] = next(r for r in caption.rollouts if r["state"] == row["state"])["tensors"]
+    line = one(bad.trace_problems(), "with weights other than the actor's last sync")
+    assert "kept older weights or ignored the sync" in line
+
+
+@CAPTION
+def test_a_run_without_probe_rows_cannot_be_judged(caption):
+    bad = caption.copy()
+    bad.rollouts = []
+    one(bad.trace_problems(), "could not judge the weight sync")
+
+
+@CAPTION
+def test_a_validation_row_taken_for_a_training_step(caption):
+    bad = caption.copy()
+    step = bad.metrics[2]
+    step["data"] = {k: v for k, v in step["data"].items() if k.startswith("val-")}
+    problems = check_metrics(bad.metrics, bad.config)
+    one(problems, "step 2: only validation metrics, no training metrics")
+    one(problems, "expected one training row per step 1..3, got steps [1, 3]")
+
+
+@CAPTION
+def test_a_step_missing_from_the_trace(caption):
+    bad = caption.copy()
+    bad.driver = [row for row in bad.driver if row["step"] != 2]
+    one(bad.trace_problems(), "the trace holds training steps [1, 3], expected 1..3")
+
+
+@CAPTION
+def test_a_missing_reward_part_in_the_metrics(caption):
+    bad = caption.copy()
+    for row in bad.metrics:
+        row["data"].pop("reward/cider/mean", None)
+    one(check_metrics(bad.metrics, bad.config), "reward/cider/mean is None, expected a number")
+
+
+# -- the EGPO function-calling recipe -------------------------------------------------------------
+
+FC = pytest.mark.xdist_group("fc")
+
+
+@pytest.fixture(scope="module")
+def fc(smoke_runs) -> Recorded:
+    return recorded(smoke_runs("fc").out)
+
+
+@FC
+def test_the_recorded_egpo_run_passes(fc):
+    assert check_metrics(fc.metrics, fc.config) == []
+    assert fc.trace_problems() == []
+
+
+@FC
+def test_an_estimator_that_fell_back_to_grpo(fc):
+    bad = fc.copy()
+    set_grpo_advantages(bad.real(), bad.config)
+    line = one(bad.trace_problems(), "differ from egpo's formula")
+    assert line.endswith("they are plain GRPO's, the estimator's own term was not applied")
+
+
+@FC
+def test_an_estimator_that_fell_back_on_the_first_step_only(fc):
+    bad = fc.copy()
+    set_grpo_advantages(bad.real(), bad.config, steps={1})
+    problems = bad.trace_problems()
+    assert one(problems, "plain GRPO's").startswith("step 1:")
+    assert not [p for p in problems if p.startswith("step 2")]
+
+
+@FC
+def test_a_fall_back_where_some_samples_lacked_entropy(fc):
+    """Two samples without entropy: they keep GRPO's advantage, the others must not; the
+    samples without entropy are named whatever the advantages say."""
+    bad = fc.copy()
+    rows = bad.real()
+    for row in rows[:2]:
+        row["entropy"] = None
+    one(bad.trace_problems(), "2 of 16 samples reached the estimator without entropy")
+    set_grpo_advantages(rows, bad.config)  # and the trainer gave every sample GRPO's advantage
+    one(bad.trace_problems(), "plain GRPO's")
+
+
+@FC
+def test_a_fall_back_where_no_sample_had_entropy(fc):
+    bad = fc.copy()
+    for row in bad.real():
+        row["entropy"] = None
+    set_grpo_advantages(bad.real(), bad.config)
+    problems = bad.trace_problems()
+    one(problems, "16 of 16 samples reached the estimator without entropy")
+    one(problems, "could not judge the advantages: no step's egpo advantages differed")
+    for row in bad.metrics:
+        if "egpo/entropy/missing" in row["data"]:
+            row["data"]["egpo/entropy/missing"] = 16.0
+    one(check_metrics(bad.metrics, bad.config), "16 samples reached the estimator without entropy")
+
+
+# -- LoRA adapters and token-level shaping -------------------------------------------------------
+
+LORA = pytest.mark.xdist_group("lora_caption_entropy_adv")
+
+
+@pytest.fixture(scope="module")
+def lora(smoke_runs) -> Recorded:
+    return recorded(smoke_runs("lora_caption_entropy_adv").out)
+
+
+@LORA
+def test_the_recorded_lora_entropy_adv_run_passes(lora):
+    assert lora.trace_problems() == []
+
+
+@LORA
+def test_a_rollout_that_kept_its_initial_adapters(lora):
+    """The adapters of the first sync (LoRA's B at zero) stay in the rollout."""
+    bad = lora.copy()
+    states = {row["state"]: row["tensors"] for row in lora.rollouts if "tensors" in row}
+    first = bad.rollouts[0]["state"]
+    for row in bad.rollouts:
+        row["state"] = first
+        row.pop("tensors", None)
+    bad.rollouts[0]["tensors"] = states[first]
+    line = one(bad.trace_problems(), "with weights other than the actor's last sync")
+    assert "lora_" in line
+
+
+@LORA
+def test_token_shaping_that_fell_back_to_grpo(lora):
+    bad = lora.copy()
+    set_grpo_advantages(bad.real(), bad.config)
+    one(bad.trace_problems(), "differ from entropy_adv's formula")
