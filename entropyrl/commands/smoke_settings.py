@@ -187,7 +187,12 @@ TEXT_SETTINGS: dict[str, dict[str, int]] = {
         "warmup_steps": 300,
         "num_train": 16,
     },
-    "mixed": {"response_length": 96, "max_prompt_length": 256, "warmup_steps": 300, "num_train": 16},
+    "mixed": {
+        "response_length": 96,
+        "max_prompt_length": 256,
+        "warmup_steps": 300,
+        "num_train": 16,
+    },
 }
 
 
