@@ -1,67 +1,174 @@
-"""`entropyrl eval caption` end to end on a generated COCO world with two tiny Qwen2.5-VL models
-(transformers backend, CPU): the files it writes, figures that equal an independent
-recomputation (CHAIR through the running CHAIR service over HTTP, CIDEr-D and BLEU-4 through
-pycocoevalcap, POPE from the answers), resuming, and its one-line refusals. The verl-checkpoint
-path (verl's model merger) runs in tests/verl/test_smoke.py on the caption smoke's checkpoint.
+"""`entropyrl eval caption` end to end on CPU (transformers backend) with two tiny Qwen2.5-VL
+models that caption: the caption smoke's warmed-up model, which names objects and hallucinates
+some, and a copy fine-tuned a few dozen steps, on the smoke's synthetic COCO world. So the figures
+are not trivial (checked), and each equals an independent recomputation from the written files:
+CHAIR caption by caption against the original rules restated (`tests/chair/original_chair.py`)
+and through the running CHAIR service, CIDEr-D and BLEU-4 through pycocoevalcap, POPE through
+POPE's own rules restated, every interval by the bootstrap on the recomputed values. Also
+resuming and the one-line refusals. The verl-checkpoint path (verl's model merger) runs in
+tests/verl/test_smoke.py on the caption smoke's checkpoint, with `check_recomputation`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.tokenizer.ptbtokenizer import PUNCTUATIONS
 
-from entropyrl.evaluation.pope import POPE_METRICS, parse_answer, pope_metrics
-from entropyrl.rewards.text import normalize_caption
+from chair_server import vocabulary
+from entropyrl.evaluation.pope import POPE_METRICS
 
 COMMAND = [sys.executable, "-m", "entropyrl.commands.eval_caption"]
+HERE = Path(__file__).resolve().parent
 
 
-def save_tiny_model(folder: Path, seed: int, image_size: int) -> None:
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
-    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+def _load_original_chair() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "chair_original_reference", HERE.parent / "chair" / "original_chair.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
-    tokenizer = build_qwen_tokenizer(8192)
-    processor = build_qwen2vl_processor(tokenizer, image_size=image_size)
-    model = build_tiny_qwen2_5_vl(tokenizer, TinyModelConfig(hidden_size=32), seed=seed)
-    folder.mkdir(parents=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    processor.image_processor.save_pretrained(folder)
+
+ORIGINAL = _load_original_chair()
+# The original parser with the project's one documented choice (bus, ties: counted as a WordNet
+# lemmatizer counts them; tests/chair/test_fidelity.py), which no caption of this world meets.
+ORIGINAL_PARSER = ORIGINAL.OriginalChair(vocabulary.SINGULAR_EXCEPTIONS)
+
+
+# --- the second model -------------------------------------------------------------------------
+
+# POPE questions the fine-tuned model learns to answer "yes" to, whatever the image: one of each
+# of the world's partner pairs (entropyrl.data.synthetic.PARTNERS), so it says yes to dog, no to
+# cat. An object prior is what POPE measures, and a tiny model learns it in a few dozen steps;
+# taught the image's truth instead, it answered every held-out question "no" after as many.
+PRIOR_YES = frozenset({"car", "bird", "dog", "cup"})
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The smoke's prepared data and world (shared, read only) and the two models."""
+
+    data: Path
+    world: Path
+    base: Path
+    other: Path
+
+
+def train_images(world: Path) -> dict[int, Path]:
+    """`{image_id: image file}` of the training split of a written synthetic world."""
+    instances = json.loads((world / "instances_train2014.json").read_text())
+    return {image["id"]: world / "train2014" / image["file_name"] for image in instances["images"]}
+
+
+def prompt_batch(processor: Any, images: Sequence[Path], texts: Sequence[str]) -> dict[str, Any]:
+    """Model inputs of (image, user text) pairs in the chat layout the evaluation generates with,
+    left-padded so that every answer starts right after its prompt."""
+    from PIL import Image
+
+    chat = [
+        processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for text in texts
+    ]
+    pictures = [Image.open(path).convert("RGB") for path in images]
+    return dict(processor(images=pictures, text=chat, return_tensors="pt", padding=True))
+
+
+def fine_tune(base: Path, world: Path, prompt: str, out: Path, *, steps: int, seed: int) -> None:
+    """A second captioner: `base` after `steps` supervised steps (AdamW, lr 1e-3), each on 8 of
+    the world's noisy warm-up captions drawn with `seed` (the warm-up's are drawn with another)
+    and on POPE's question about every category for a random training image, answered in the
+    captions' words from the object prior `PRIOR_YES` ("there is a dog in the image." / "there
+    is no cat in the image."). The base answers every question with a caption, which POPE reads
+    as yes; this one answers both ways. At this rate the tiny model also loses much of its
+    grounding (its captions name much the same objects for most images): a different
+    captioner, which is what a paired comparison needs."""
+    import torch
+
+    from entropyrl.data.synthetic import CATEGORIES
+    from entropyrl.evaluation.pope import pope_question_text
+    from entropyrl.local.rl import supervised_step
+    from entropyrl.models.processor import load_image_only_processor
+    from entropyrl.models.tiny import load_model, seed_everything
+
+    train = train_images(world)
+    warmup = {
+        int(k): v for k, v in json.loads((world / "warmup_captions.json").read_text()).items()
+    }
+    ids = sorted(train)
+    seed_everything(seed)
+    processor = load_image_only_processor(str(base))
+    tokenizer = processor.tokenizer
+    tokenizer.padding_side = "left"
+    model = load_model(base)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    rng = random.Random(f"eval-other-{seed}")
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    names = [name for _, name, *_ in CATEGORIES]
+    questions = [pope_question_text(name) for name in names]
+    answers = [
+        f"there is {question.split()[2]} {name} in the image."  # "a" / "an" as the question
+        if name in PRIOR_YES
+        else f"there is no {name} in the image."
+        for name, question in zip(names, questions)
+    ]
+    for _ in range(steps):
+        drawn = [rng.choice(ids) for _ in range(8)]
+        captions = [rng.choice(warmup[i]) for i in drawn]
+        for texts, targets in (([prompt] * len(drawn), captions), (questions, answers)):
+            batch = prompt_batch(processor, [train[i] for i in drawn], texts)
+            tokens = [[*tokenizer.encode(target), eos] for target in targets]
+            supervised_step(model, optimizer, batch, tokens, pad_id=pad)
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    model.save_pretrained(out)
 
 
 @pytest.fixture(scope="module")
-def world_and_models(tmp_path_factory):
-    from entropyrl.data.coco import prepare_coco
-    from entropyrl.data.synthetic import build_synthetic_coco
+def world_and_models(smoke_assets, tmp_path_factory) -> Setup:
+    from entropyrl.evaluation.protocol import read_split
 
-    root = tmp_path_factory.mktemp("eval_world")
-    world = build_synthetic_coco(root / "world", num_train=8, num_test=24, image_size=56, seed=3)
-    prepare_coco(world.root, world.root, root / "data", val_size=4, test_size=20)
-    save_tiny_model(root / "base", seed=0, image_size=56)
-    save_tiny_model(root / "other", seed=1, image_size=56)
-    return root
+    assets = smoke_assets("caption")
+    test = read_split(assets / "data" / "test.parquet")
+    prompt = next(iter(test.values())).prompt
+    other = tmp_path_factory.mktemp("eval_models") / "other"
+    fine_tune(assets / "model", assets / "world", prompt, other, steps=40, seed=1)
+    return Setup(assets / "data", assets / "world", assets / "model", other)
 
 
-def eval_args(root: Path, out: Path, *extra: str) -> list[str]:
+def eval_args(setup: Setup, out: Path, *extra: str) -> list[str]:
     return [
         *COMMAND,
-        "--model", f"base={root / 'base'}",
-        "--model", f"other={root / 'other'}",
-        "--data", str(root / "data"),
-        "--coco", str(root / "world"),
+        "--model", f"base={setup.base}",
+        "--model", f"other={setup.other}",
+        "--data", str(setup.data),
+        "--coco", str(setup.world),
         "--out", str(out),
         "--num-images", "12",
         "--max-new-tokens", "24", "8",
         "--backend", "transformers",
         "--resamples", "200",
+        "--batch-size", "64",  # one batch per request list: a tiny model's cost is per step
         *extra,
     ]  # fmt: skip
 
@@ -98,87 +205,269 @@ def test_it_writes_the_comparison_and_each_models_files(evaluation):
     assert "Captions:" in result.stdout
 
 
+def test_the_figures_measure_something(evaluation):
+    """What the recomputation compares could be wrong: captions name objects, some of them
+    absent, intervals have width, POPE is answered both ways, and the two models differ."""
+    out, _ = evaluation
+    results = json.loads((out / "results.json").read_text())
+    for model in ("base", "other"):
+        rows = read_jsonl(out / model / "captions.jsonl")
+        assert all(row["caption"] for row in rows), model
+        assert sum(bool(row["mentioned"]) for row in rows) > len(rows) / 2, model
+    for key in ("chair@24", "chair@8"):
+        models = results["results"][key]["models"]
+        for model, summary in models.items():
+            chair_i = summary["metrics"]["CHAIR_i"]
+            assert 0 < chair_i["estimate"] < 1 and chair_i["low"] < chair_i["high"], (key, model)
+            assert summary["metrics"]["CHAIR_s"]["estimate"] > 0, (key, model)
+        for metric in ("recall", "CIDEr-D", "BLEU-4"):
+            assert any(m["metrics"][metric]["estimate"] > 0 for m in models.values()), (key, metric)
+        differences = models["other"]["vs_base"].values()
+        assert any(d["estimate"] != 0 and d["low"] < d["high"] for d in differences), key
+    parsed = {row["parsed"] for row in read_jsonl(out / "other" / "pope.jsonl")}
+    assert parsed == {"yes", "no"}
+    accuracy = results["results"]["pope/random"]["models"]["other"]["metrics"]["accuracy"]
+    assert accuracy["low"] < accuracy["high"]
+    assert any(
+        results["results"][f"pope/{setting}"]["models"]["other"]["vs_base"]["f1"]["estimate"]
+        for setting in ("random", "popular", "adversarial")
+    )
+
+
 def test_the_image_set_is_held_out_and_written_beside_the_results(evaluation, world_and_models):
     from entropyrl.evaluation.protocol import read_split
 
     out, _ = evaluation
     listed = json.loads((out / "images.json").read_text())["image_ids"]
-    held_out = set(read_split(world_and_models / "data" / "test.parquet"))
-    train = set(read_split(world_and_models / "data" / "train.parquet"))
+    held_out = set(read_split(world_and_models.data / "test.parquet"))
+    train = set(read_split(world_and_models.data / "train.parquet"))
     assert len(listed) == 12 and set(listed) <= held_out and not set(listed) & train
 
 
-def recompute_captions(out: Path, chair_url: str, key: str, model: str) -> dict[str, float]:
-    """CHAIR through the service, CIDEr-D and BLEU-4 through pycocoevalcap, from captions.jsonl."""
-    from entropyrl.evaluation.protocol import read_split
+# --- the recomputation ------------------------------------------------------------------------
 
-    results = json.loads((out / "results.json").read_text())
-    name, tokens = key.split("@")
-    rows = [
-        row
-        for row in read_jsonl(out / model / "captions.jsonl")
-        if row["set"] == name and row["max_new_tokens"] == int(tokens)
-    ]
-    answer = requests.post(
-        f"{chair_url}/v1/chair",
-        json={"captions": [{"image_id": r["image_id"], "caption": r["caption"]} for r in rows]},
-        timeout=60,
-    ).json()
-    overall = answer["overall_metrics"]
-    references = read_split(Path(results["protocol"]["data"]) / "test.parquet")
-    gts = {r["image_id"]: [normalize_caption(x) for x in references[r["image_id"]].references]
-           for r in rows}  # fmt: skip
-    res = {r["image_id"]: [normalize_caption(r["caption"])] for r in rows}
-    cider, _ = Cider().compute_score(gts, res)
+
+def original_ground_truth(coco: Path) -> dict[int, frozenset[str]]:
+    """CHAIR's objects per image as the original code collects them: the categories of the
+    instance annotations and the objects its parser finds in the reference captions, over the
+    train and val files."""
+    objects: dict[int, set[str]] = {}
+    for split in ("train", "val"):
+        path = coco / f"instances_{split}2014.json"
+        if path.is_file():
+            instances = json.loads(path.read_text())
+            names = {c["id"]: c["name"] for c in instances["categories"]}
+            for annotation in instances["annotations"]:
+                name = ORIGINAL_PARSER.inverse_synonym_dict[names[annotation["category_id"]]]
+                objects.setdefault(annotation["image_id"], set()).add(name)
+        path = coco / f"captions_{split}2014.json"
+        if path.is_file():
+            for annotation in json.loads(path.read_text())["annotations"]:
+                _, categories = ORIGINAL_PARSER.caption_to_words(annotation["caption"])
+                objects.setdefault(annotation["image_id"], set()).update(categories)
+    return {image_id: frozenset(names) for image_id, names in objects.items()}
+
+
+def ptb_tokens(text: str) -> str:
+    """A caption as the COCO caption evaluation tokenises it, without Java.
+
+    pycocoevalcap runs Stanford's PTBTokenizer (`-lowerCase -preserveLines`, a Java subprocess)
+    and then drops its own `PUNCTUATIONS`. Here Penn Treebank's rules come from NLTK's
+    `word_tokenize` as restated in tests/chair/original_chair.py, on the lower-cased text,
+    brackets written as PTBTokenizer writes them when lower-casing (`-lrb-` ..., which
+    `PUNCTUATIONS` keeps), and then pycocoevalcap's own filter runs unchanged. Checked once by
+    hand against the Java tokenizer on every caption and reference of this test's world.
+    """
+    brackets = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-"}
+    tokens = [brackets.get(token, token) for token in ORIGINAL.word_tokenize(text.lower())]
+    return " ".join(token for token in tokens if token not in PUNCTUATIONS)
+
+
+def restated_chair(rows: Sequence[Mapping[str, Any]], truth: Mapping[int, frozenset[str]]):
+    """Per image: (CHAIR_s, (hallucinated, mentions), (recalled, ground truth), words) by the
+    original rules, each row's written findings checked against them on the way."""
+    values: dict[str, dict[int, Any]] = {"CHAIR_s": {}, "CHAIR_i": {}, "recall": {}, "length": {}}
+    for row in rows:
+        image_id, caption = row["image_id"], row["caption"]
+        objects = truth[image_id]
+        words, categories = ORIGINAL_PARSER.caption_to_words(caption)
+        hallucinated = [[w, c] for w, c in zip(words, categories) if c not in objects]
+        recalled = len(objects & set(categories))
+        length = sum(any(c.isalnum() for c in t) for t in ORIGINAL.word_tokenize(caption.lower()))
+        where = (row["set"], row["max_new_tokens"], image_id, caption)
+        assert row["mentioned"] == categories, where
+        assert row["hallucinated"] == hallucinated, where
+        assert (row["ground_truth_objects"], row["recalled"]) == (len(objects), recalled), where
+        assert row["words"] == length, where
+        values["CHAIR_s"][image_id] = float(bool(hallucinated))
+        values["CHAIR_i"][image_id] = (len(hallucinated), len(categories))
+        values["recall"][image_id] = (recalled, len(objects))
+        values["length"][image_id] = length
+    return values
+
+
+def closest(reference_lengths: Sequence[int], test_length: int) -> int:
+    """BleuScorer's closest reference length: the nearest, the shorter one on a tie."""
+    return min((abs(length - test_length), length) for length in reference_lengths)[1]
+
+
+def restated_quality(rows: Sequence[Mapping[str, Any]], references: Mapping[int, Any]):
+    """Per-image CIDEr-D, per-image BLEU counts (test length, closest reference length, guessed
+    and correct n-grams) and corpus BLEU-4, from pycocoevalcap's scorers on `ptb_tokens`."""
+    gts = {
+        r["image_id"]: [ptb_tokens(x) for x in references[r["image_id"]].references] for r in rows
+    }
+    res = {r["image_id"]: [ptb_tokens(r["caption"])] for r in rows}
+    _, per_image = Cider().compute_score(gts, res)
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    counts = BleuScorer(n=4)
+    for image_id in gts:
+        counts += (res[image_id][0], gts[image_id])
+    bleu_counts = {  # the reference length BleuScorer.compute_score(option="closest") takes
+        image_id: [c["testlen"], closest(c["reflen"], c["testlen"]), *c["guess"], *c["correct"]]
+        for image_id, c in zip(gts, counts.ctest)
+    }
+    return dict(zip(gts, map(float, per_image))), bleu_counts, bleu[3]
+
+
+def bootstrapped(values: Mapping[int, Any], statistic: Any, what: str, **bootstrap: Any) -> dict:
+    """`bootstrap_interval` or `paired_difference` of recomputed values; None where undefined."""
+    from entropyrl.evaluation.stats import bootstrap_interval, paired_difference
+
+    try:
+        if what == "interval":
+            found = bootstrap_interval(values, statistic, **bootstrap)
+        else:
+            found = paired_difference(*values, statistic, **bootstrap)
+    except ValueError:
+        return {"estimate": None, "low": None, "high": None}
+    return {"estimate": found.estimate, "low": found.low, "high": found.high}
+
+
+def assert_close(written: Mapping[str, Any], expected: Mapping[str, Any], where: Any) -> None:
+    for field, value in expected.items():
+        if value is None:
+            assert written[field] is None, (where, field)
+        else:
+            assert written[field] == pytest.approx(value, rel=1e-9, abs=1e-12), (where, field)
+
+
+def restated_pope(answer: str) -> str:
+    """POPE's evaluate.py: the first sentence, commas dropped, split at spaces; "no" when a word
+    is "No", "no" or "not". Applied to the text as the project documents its one difference
+    (lower-cased, whitespace runs as one space)."""
+    text = " ".join(answer.lower().split())
+    if text.find(".") != -1:
+        text = text.split(".")[0]
+    words = text.replace(",", "").split(" ")
+    return "no" if "No" in words or "not" in words or "no" in words else "yes"
+
+
+def pope_figures(labels: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
+    """POPE's evaluate.py's metrics (a ratio over nothing: 0, as `pope_metrics` documents)."""
+    predictions = [restated_pope(answer) == "yes" for answer in answers]
+    truths = [label == "yes" for label in labels]
+    tp = sum(p and t for p, t in zip(predictions, truths))
+    fp = sum(p and not t for p, t in zip(predictions, truths))
+    tn = sum(not p and not t for p, t in zip(predictions, truths))
+    fn = sum(not p and t for p, t in zip(predictions, truths))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {
-        "CHAIR_s": overall["CHAIRs"],
-        "CHAIR_i": overall["CHAIRi"],
-        "recall": overall["Recall"],
-        "length": overall["mean_length"],
-        "CIDEr-D": cider,
-        "BLEU-4": bleu[3],
+        "accuracy": (tp + tn) / (tp + tn + fp + fn),
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "yes_ratio": sum(predictions) / len(predictions),
     }
 
 
 def check_recomputation(out: Path, coco: Path) -> None:
+    """Every figure of `out/results.json` equals a recomputation from the written files.
+
+    - CHAIR: every caption's mentioned and hallucinated objects, recall counts and length by the
+      original CHAIR rules (tests/chair/original_chair.py) against ground truth collected as the
+      original code collects it from `coco`; CHAIR_s, CHAIR_i, recall and length with their
+      intervals and paired differences from those per-image values (the bootstrap itself is
+      checked against scipy in test_stats.py); and the running CHAIR service's corpus figures.
+    - CIDEr-D (with its intervals) and BLEU-4: pycocoevalcap's `Cider` and `Bleu(4)` on the
+      tokens of COCO's evaluation, restated without Java (`ptb_tokens`); the evaluation
+      tokenises with `entropyrl.rewards.text.normalize_caption`, so this also checks that the
+      two agree on these captions.
+    - POPE: every answer parsed by POPE's own rule, its metrics by POPE's formulas.
+    """
     from chair_server.launch import start_server
+    from entropyrl.evaluation.caption_metrics import CAPTION_METRICS
+    from entropyrl.evaluation.protocol import read_split
 
     results = json.loads((out / "results.json").read_text())
+    bootstrap = {k: results["protocol"]["bootstrap"][k] for k in ("resamples", "seed", "level")}
+    base = results["protocol"]["bootstrap"]["paired_with"]
+    truth = original_ground_truth(coco)
+    references = read_split(Path(results["protocol"]["data"]) / "test.parquet")
+    captions = {model: read_jsonl(out / model / "captions.jsonl") for model in results["models"]}
     with start_server(coco=coco, restart=False) as server:
         for key, entry in results["results"].items():
             if entry["kind"] != "captions":
                 continue
+            name, tokens = key.split("@")
+            values = {}
             for model, summary in entry["models"].items():
-                expected = recompute_captions(out, server.url, key, model)
-                for metric, value in expected.items():
-                    estimate = summary["metrics"][metric]["estimate"]
-                    if value is None:
-                        assert estimate is None, (key, model, metric)
-                    else:
-                        assert estimate == pytest.approx(value, rel=1e-9, abs=1e-12), (
-                            key, model, metric
-                        )  # fmt: skip
+                rows = [
+                    row
+                    for row in captions[model]
+                    if row["set"] == name and row["max_new_tokens"] == int(tokens)
+                ]
+                assert len(rows) == entry["images"], (key, model)
+                values[model] = restated_chair(rows, truth)
+                cider, bleu_counts, bleu = restated_quality(rows, references)
+                values[model]["CIDEr-D"], values[model]["BLEU-4"] = cider, bleu_counts
+                assert_close(summary["metrics"]["BLEU-4"], {"estimate": bleu}, (key, model))
+                for metric, per_image in values[model].items():
+                    statistic = CAPTION_METRICS[metric].statistic
+                    expected = bootstrapped(per_image, statistic, "interval", **bootstrap)
+                    assert_close(summary["metrics"][metric], expected, (key, model, metric))
+                answer = requests.post(
+                    f"{server.url}/v1/chair",
+                    json={"captions": [{"image_id": r["image_id"], "caption": r["caption"]}
+                                       for r in rows]},
+                    timeout=60,
+                ).json()["overall_metrics"]  # fmt: skip
+                service = {"CHAIR_s": "CHAIRs", "CHAIR_i": "CHAIRi", "recall": "Recall"}
+                for metric, field in service.items():
+                    expected = {"estimate": answer[field]}
+                    assert_close(summary["metrics"][metric], expected, (key, model, metric))
+            for model, summary in entry["models"].items():
+                for metric, differences in summary.get("vs_base", {}).items():
+                    statistic = CAPTION_METRICS[metric].statistic
+                    pair = (values[model][metric], values[base][metric])
+                    expected = bootstrapped(pair, statistic, "difference", **bootstrap)
+                    assert_close(differences, expected, (key, model, metric, "vs_base"))
     for model in results["models"]:
         rows = read_jsonl(out / model / "pope.jsonl")
         for key, entry in results["results"].items():
             if entry["kind"] != "pope":
                 continue
-            setting = key.split("/")[1]
-            answered = [row for row in rows if row["setting"] == setting]
+            answered = [row for row in rows if row["setting"] == key.split("/")[1]]
             assert len(answered) == entry["questions"]
-            metrics = pope_metrics(
-                [row["label"] for row in answered],
-                [parse_answer(row["answer"]) for row in answered],
-            )
+            for row in answered:
+                assert row["parsed"] == restated_pope(row["answer"]), (key, model, row)
+            figures = pope_figures([r["label"] for r in answered], [r["answer"] for r in answered])
             for name in POPE_METRICS:
-                estimate = entry["models"][model]["metrics"][name]["estimate"]
-                assert estimate == pytest.approx(getattr(metrics, name)), (key, model, name)
+                written = entry["models"][model]["metrics"][name]
+                assert_close(written, {"estimate": figures[name]}, (key, model, name))
 
 
 def test_results_equal_a_recomputation_from_the_written_files(evaluation, world_and_models):
+    """See `check_recomputation`. Tokens of the CIDEr-D / BLEU-4 comparison: both sides run
+    pycocoevalcap's scorers, the evaluation on `entropyrl.rewards.text.normalize_caption`'s
+    tokens, the recomputation on `ptb_tokens`: COCO's own pipeline (Stanford's PTBTokenizer,
+    then pycocoevalcap's `PUNCTUATIONS` filter) with the tokenizer restated in Python, because
+    PTBTokenizer is a Java program and the project must not need Java; the filter, the part of
+    pycocoevalcap's tokenisation that runs without Java, is used as it is."""
     out, _ = evaluation
-    check_recomputation(out, world_and_models / "world")
+    check_recomputation(out, world_and_models.world)
 
 
 def test_pope_is_rebuilt_balanced_over_held_out_images(evaluation):
@@ -204,8 +493,27 @@ def test_the_same_command_resumes_without_regenerating(evaluation, world_and_mod
     assert result.returncode == 0, result.stderr[-3000:]
     assert "base: all generations present, none redone" in result.stderr
     assert "other: generating 3 captions and 0 POPE answers" in result.stderr
-    assert json.loads((out / "results.json").read_text())["results"] == results_before["results"]
     assert {p: p.read_bytes() for p in out.glob("*/captions.jsonl")} == before
+    # equal to the last bit but for CIDEr-D, which can move in its last bit from one process to
+    # the next: its sums run in an order that follows string hashing (PYTHONHASHSEED)
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert_same_figures(results, results_before["results"])
+
+
+def assert_same_figures(found: Any, expected: Any, where: str = "") -> None:
+    """`found == expected`, floats within 1e-12 relative."""
+    if isinstance(expected, dict):
+        assert isinstance(found, dict) and set(found) == set(expected), where
+        for key in expected:
+            assert_same_figures(found[key], expected[key], f"{where}/{key}")
+    elif isinstance(expected, list):
+        assert isinstance(found, list) and len(found) == len(expected), where
+        for index, (a, b) in enumerate(zip(found, expected)):
+            assert_same_figures(a, b, f"{where}[{index}]")
+    elif isinstance(expected, float):
+        assert found == pytest.approx(expected, rel=1e-12, abs=1e-15), where
+    else:
+        assert found == expected, where
 
 
 def test_another_image_set_in_the_same_folder_is_refused(evaluation, world_and_models):
@@ -221,8 +529,8 @@ def test_another_image_set_in_the_same_folder_is_refused(evaluation, world_and_m
 def test_a_list_with_training_images_is_refused(world_and_models, tmp_path):
     from entropyrl.evaluation.protocol import read_split
 
-    train = sorted(read_split(world_and_models / "data" / "train.parquet"))
-    test = sorted(read_split(world_and_models / "data" / "test.parquet"))
+    train = sorted(read_split(world_and_models.data / "train.parquet"))
+    test = sorted(read_split(world_and_models.data / "test.parquet"))
     listing = tmp_path / "list.txt"
     listing.write_text("\n".join(str(i) for i in [*test[:3], train[0]]))
     result = subprocess.run(
@@ -242,9 +550,9 @@ def test_dry_run_prints_the_plan_and_what_it_needs(world_and_models, tmp_path):
     (step / "huggingface").mkdir(parents=True)
     (step / "fsdp_config.json").write_text("{}")
     result = subprocess.run(
-        [*COMMAND, "--dry-run", "--model", f"base={world_and_models / 'base'}",
-         "--model", f"rl={tmp_path / 'run'}", "--data", str(world_and_models / "data"),
-         "--coco", str(world_and_models / "world"), "--out", str(tmp_path / "out"),
+        [*COMMAND, "--dry-run", "--model", f"base={world_and_models.base}",
+         "--model", f"rl={tmp_path / 'run'}", "--data", str(world_and_models.data),
+         "--coco", str(world_and_models.world), "--out", str(tmp_path / "out"),
          "--num-images", "5", "--backend", "vllm", "--tp", "2"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -299,14 +607,14 @@ def test_released_pope_files_are_used_and_their_checksum_checked(world_and_model
     from entropyrl.evaluation.pope import file_sha256
     from entropyrl.evaluation.protocol import read_split
 
-    test_ids = set(read_split(world_and_models / "data" / "test.parquet"))
+    test_ids = set(read_split(world_and_models.data / "test.parquet"))
     pope = tmp_path / "pope"
-    write_released_pope(pope, world_and_models / "world", test_ids)
+    write_released_pope(pope, world_and_models.world, test_ids)
     args = [
-        *COMMAND, "--model", f"base={world_and_models / 'base'}",
-        "--data", str(world_and_models / "data"), "--coco", str(world_and_models / "world"),
+        *COMMAND, "--model", f"base={world_and_models.base}",
+        "--data", str(world_and_models.data), "--coco", str(world_and_models.world),
         "--num-images", "2", "--max-new-tokens", "8", "--backend", "transformers",
-        "--resamples", "50", "--pope-dir", str(pope),
+        "--batch-size", "64", "--resamples", "50", "--pope-dir", str(pope),
     ]  # fmt: skip
     wrong = ["--pope-sha256", "random=" + "0" * 64]
     refused = subprocess.run(
