@@ -314,10 +314,11 @@ EOF
   fi
 }
 
-# verl and our plugin importable and registered in a fresh process.
+# verl and our plugin importable and registered in a fresh process (one import of verl).
 er_require_plugin() {
-  if ! "$ER_PYTHON" -m entropyrl doctor >/dev/null 2>&1; then
-    er_fail "the entropyrl verl plugin does not load (run: $ER_PYTHON -m entropyrl doctor)"
+  local problem
+  if ! problem="$("$ER_PYTHON" -m entropyrl doctor --discovery 2>/dev/null)"; then
+    er_fail "the entropyrl verl plugin does not load: ${problem:-entropyrl doctor failed} (run: $ER_PYTHON -m entropyrl doctor)"
   fi
 }
 

@@ -54,6 +54,9 @@ print(json.dumps({{
     "trainers": sorted(trainer_base.TRAINER_REGISTRY),
     "rollouts": sorted(RolloutReplicaRegistry._registry),
     "platforms": sorted(PlatformRegistry.registered_names()),
+    "ours": (
+        sys.modules[{PLUGIN_MODULE!r}].registrations() if {PLUGIN_MODULE!r} in sys.modules else None
+    ),
 }}))
 """
 
@@ -202,9 +205,42 @@ def run_recipe(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def discovery_problem(timeout: float = 300.0) -> str | None:
+    """What keeps verl from loading the plugin in a fresh `import verl` (one line), or None.
+    One interpreter, one import of verl: the launch scripts ask this before every run."""
+    if not entry_point_declared():
+        return (
+            f"the entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME} is not declared "
+            "(reinstall entropyrl: pip install -e .)"
+        )
+    try:
+        report = fresh_process_report(timeout=timeout)
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as error:
+        return f"a fresh `import verl` failed: {str(error).splitlines()[-1]}"
+    if report["verl_version"] != SUPPORTED_VERL:
+        return f"verl {report['verl_version']} is installed; the plugin is written for {SUPPORTED_VERL}"
+    if not report["plugin_imported"]:
+        policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
+        return (
+            f"verl did not load the plugin (VERL_USE_EXTERNAL_PLUGINS={policy}; run "
+            "`entropyrl doctor` for why)"
+        )
+    missing = [
+        f"{kind}:{name}"
+        for kind, names in (report["ours"] or {}).items()
+        for name, present in names.items()
+        if not present
+    ]
+    return f"not registered with verl: {', '.join(missing)}" if missing else None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.recipe:
         return run_recipe(args)
+    if args.discovery:
+        problem = discovery_problem(timeout=args.timeout)
+        print(problem or "verl loads the entropyrl plugin and its registrations in a fresh process")
+        return 1 if problem else 0
     if args.overrides:
         print("error: overrides belong to --recipe (entropyrl doctor --recipe NAME OVERRIDES)")
         return 2
@@ -306,6 +342,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds allowed for the fresh-process probe (default 300)",
     )
     parser.add_argument("--json", action="store_true", help="also print a JSON summary")
+    parser.add_argument(
+        "--discovery",
+        action="store_true",
+        help="only the last check: does a fresh `import verl` load the plugin and register "
+        "everything (one line; what the launch scripts ask before a run)",
+    )
     parser.add_argument(
         "--recipe",
         metavar="NAME|PATH",

@@ -396,13 +396,26 @@ def check_checkpoint(config: Any, steps: int, *, ours: bool = True) -> list[str]
 
 
 def _end_tag(config: Any) -> list[int] | None:
+    """The token ids of `</think>` in the run's tokenizer (its `tokenizer.json`, read by the
+    `tokenizers` library: no torch or transformers import); None without one."""
     try:
-        from transformers import AutoTokenizer
+        from tokenizers import Tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(config.actor_rollout_ref.model.path))
+        path = Path(str(config.actor_rollout_ref.model.path)) / "tokenizer.json"
+        return Tokenizer.from_file(str(path)).encode("</think>", add_special_tokens=False).ids
     except Exception:  # no tokenizer to read: the answer segment falls back to the response
         return None
-    return tokenizer.encode("</think>", add_special_tokens=False)
+
+
+def read_trace(folder: Path, prefix: str) -> list[dict[str, Any]]:
+    """Every row of the trace files `folder/<prefix>*.jsonl` (`entropyrl.verl.trace` writes them;
+    read here without importing torch)."""
+    import json
+
+    rows = []
+    for path in sorted(folder.glob(f"{prefix}*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
 
 
 def _steps_of(rows: list[dict[str, Any]]) -> list[tuple[int, Any, list[dict[str, Any]]]]:
@@ -634,9 +647,6 @@ def check_run(settings: Any, out: Path) -> int:
     """Check the run in `out`; print the steps and the verdict. 0 when it is good."""
     from omegaconf import OmegaConf
 
-    from entropyrl.commands.doctor import expected_verl_messages
-    from entropyrl.verl import trace
-
     metrics, config_path = out / "metrics.jsonl", out / "config.yaml"
     if not config_path.is_file():  # verl's own trainer writes none: the config Hydra composed
         config_path = out / "hydra" / ".hydra" / "config.yaml"
@@ -656,14 +666,13 @@ def check_run(settings: Any, out: Path) -> int:
     hf_rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "hf"
     if ours:
         folder = out / "trace"
-        with expected_verl_messages(verbose=False):  # verl's import warnings: nothing to say
-            problems += check_trace(
-                trace.read(folder, "driver"),
-                config,
-                sync_rows=trace.read(folder, "sync") if hf_rollout else None,
-                rollout_rows=trace.read(folder, "rollout") if hf_rollout else None,
-                chair_optional=chair_optional,
-            )
+        problems += check_trace(
+            read_trace(folder, "driver"),
+            config,
+            sync_rows=read_trace(folder, "sync") if hf_rollout else None,
+            rollout_rows=read_trace(folder, "rollout") if hf_rollout else None,
+            chair_optional=chair_optional,
+        )
     if problems:
         print(summarize(rows))
         print("smoke check FAILED:\n  " + "\n  ".join(problems))
