@@ -29,11 +29,20 @@ def register(subparsers: Any) -> None:
         "coco",
         help="COCO 2014 captions -> parquet, CIDEr-D df file, CHAIR ground truth",
         description="COCO 2014 captions -> {train,val,test}.parquet, cider_df.json.gz (train "
-        "references) and chair_ground_truth.json.",
+        "references), chair_ground_truth.json and manifest.json (the split rule, the images per "
+        "split and COCO source, the images held out, the Karpathy file's sha256). No val2014 "
+        "image is trained on unless --restval: CHAIR's and POPE's images are val2014.",
     )
     coco.add_argument("--annotations", required=True, help="folder with captions_*2014.json")
     coco.add_argument("--images", required=True, help="folder with train2014/ and val2014/")
-    coco.add_argument("--karpathy", default=None, help="Karpathy's dataset_coco.json (splits)")
+    coco.add_argument(
+        "--karpathy",
+        default=None,
+        metavar="PATH",
+        help="Karpathy's splits: dataset_coco.json, or the Hugging Face dataset "
+        "yerevann/coco-karpathy (its folder of parquet files, or one of them); without it a "
+        "hash split of val2014, said on stderr",
+    )
     coco.add_argument("--out", required=True, help="output folder")
     coco.add_argument(
         "--prompt",
@@ -45,7 +54,17 @@ def register(subparsers: Any) -> None:
         "--val-size", type=int, default=5000, help="val2014 images for val without --karpathy"
     )
     coco.add_argument(
-        "--test-size", type=int, default=5000, help="val2014 images for test without --karpathy"
+        "--test-size",
+        type=int,
+        default=5000,
+        help="val2014 images for test without --karpathy (the rest are restval)",
+    )
+    coco.add_argument(
+        "--restval",
+        action="store_true",
+        help="train on restval (the val2014 images outside val and test), as papers' Karpathy "
+        "train does; by default they are held out in test.parquet, since CHAIR's and POPE's "
+        "images are val2014 (a warning says how many val2014 images are then trained on)",
     )
     coco.add_argument(
         "--no-check-images", action="store_true", help="do not require the image files to exist"
@@ -166,6 +185,7 @@ def _run_coco(args: argparse.Namespace) -> dict[str, Any]:
         check_images=not args.no_check_images,
         chair_ground_truth=not args.no_chair,
         hold_out=hold_out,
+        restval=args.restval,
     )
 
 

@@ -7,6 +7,7 @@ through `entropyrl.files` (atomic, stable hashes).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ from entropyrl.files import atomic_path
 __all__ = [
     "InputFileError",
     "RejectLog",
+    "file_sha256",
     "progress",
     "read_json",
     "read_records",
@@ -52,6 +54,15 @@ def _require_file(path: str | os.PathLike[str]) -> Path:
     if not path.is_file():
         raise InputFileError(f"{path}: not a regular file")
     return path
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with _require_file(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

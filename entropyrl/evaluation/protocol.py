@@ -9,9 +9,10 @@ images in neither the training nor the validation split), sorted by id, then
 `random.Random(seed).sample` of `n`; or a given list (a paper's released file). Either way the
 list is written beside the results.
 
-Karpathy's split puts 30,504 val2014 images ("restval") into training, so a val2014 list from a
-paper can hold training images: `check_held_out` refuses a list with any image of the training
-split, in one line naming how many and which.
+`entropyrl prepare coco` trains on no val2014 image unless `--restval` (Karpathy's split puts
+30,504 val2014 images, "restval", into training), so a val2014 list from a paper can hold training
+images only then: `check_held_out` refuses a list with any image of the training split, in one
+line naming how many and which.
 """
 
 from __future__ import annotations
@@ -184,9 +185,9 @@ def check_held_out(
     if overlap:
         raise ProtocolError(
             f"{len(overlap)} of the {len(image_ids)} evaluation images are training images "
-            f"(e.g. {overlap[:5]}): a CHAIR set must be held out (Karpathy's restval puts "
-            "val2014 images into training); prepare the data with `entropyrl prepare coco "
-            "--hold-out LIST` to keep them out of training"
+            f"(e.g. {overlap[:5]}): a CHAIR set must be held out (data prepared with --restval "
+            "trains on val2014 images); prepare the data again without --restval, or with "
+            "`entropyrl prepare coco --hold-out LIST`, to keep them out of training"
         )
     missing = sorted(set(image_ids) - set(available))
     if missing:

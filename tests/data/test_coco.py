@@ -22,8 +22,10 @@ def test_prepare_coco_without_karpathy(coco_dirs, tmp_path, monkeypatch):
     ann, img = coco_dirs
     out = tmp_path / "out"
     summary = prepare_coco(ann, img, out, val_size=3, test_size=2)
-    # val2014: 11 images, 999 has no caption, 101 has no file -> 9 left: 3 val, 2 test, 4 train
-    assert summary["rows"] == {"train": 6 + 4, "val": 3, "test": 2}
+    # val2014: 11 images, 999 has no caption, 101 has no file -> 9 left: 3 val, 2 test, and 4
+    # restval, held out in test: no val2014 image is trained on
+    assert summary["rows"] == {"train": 6, "val": 3, "test": 2 + 4}
+    assert summary["val2014_in_train"] == 0
     reasons = " | ".join(summary["first_rejects"])
     assert "12345" in reasons and "999 has no reference" in reasons and "not found" in reasons
     assert summary["rows_rejected"] == 3 and (out / "rejects.jsonl").is_file()
@@ -36,15 +38,15 @@ def test_prepare_coco_without_karpathy(coco_dirs, tmp_path, monkeypatch):
     assert len(row["images"]) == 1 and row["images"][0].endswith(row["extra_info"]["file_name"])
     truth = json.loads(row["reward_model"]["ground_truth"])
     assert truth["image_id"] == row["extra_info"]["image_id"] and len(truth["references"]) == 3
-    assert [r["extra_info"]["index"] for r in train] == list(range(10))
+    assert [r["extra_info"]["index"] for r in train] == list(range(6))
     split_ids = {
         s: {r["extra_info"]["image_id"] for r in rows(out / f"{s}.parquet")}
         for s in ("train", "val", "test")
     }
-    assert set(range(1, 7)) <= split_ids["train"]
+    assert split_ids["train"] == set(range(1, 7))
     # CIDEr df is built from the train references only
     df = CiderD.load(out / "cider_df.json.gz")
-    assert df.num_images == 10
+    assert df.num_images == 6
     refs = {
         r["extra_info"]["image_id"]: json.loads(r["reward_model"]["ground_truth"])["references"]
         for r in train
@@ -115,10 +117,14 @@ def test_prepare_coco_with_karpathy(coco_dirs, tmp_path):
     summary = prepare_coco(
         ann, img, out, karpathy=karpathy, prompt="Describe.", chair_ground_truth=False
     )
-    assert summary["rows"] == {"train": 2, "val": 1, "test": 1}
+    assert summary["rows"] == {"train": 1, "val": 1, "test": 2}  # restval 100 held out in test
     assert "'split'" in summary["first_rejects"][0]
     assert rows(out / "val.parquet")[0]["prompt"][0]["content"] == "<image>Describe."
-    assert rows(out / "test.parquet")[0]["extra_info"]["source"] == "karpathy"
+    test = {
+        row["extra_info"]["image_id"]: row["extra_info"]["source"]
+        for row in rows(out / "test.parquet")
+    }
+    assert test == {100: "karpathy_restval", 103: "karpathy"}
     assert not (out / "chair_ground_truth.json").exists()
     # a paper's list held out: the restval image leaves training for the test split
     held = prepare_coco(
@@ -129,6 +135,11 @@ def test_prepare_coco_with_karpathy(coco_dirs, tmp_path):
     assert held["held_out"] == 1 and "[999]" in " ".join(held["warnings"])
     test_ids = {row["extra_info"]["image_id"] for row in rows(tmp_path / "held" / "test.parquet")}
     assert test_ids == {100, 103}
+    sources = {
+        row["extra_info"]["image_id"]: row["extra_info"]["source"]
+        for row in rows(tmp_path / "held" / "test.parquet")
+    }
+    assert sources == {100: "karpathy_hold_out", 103: "karpathy"}
 
 
 def test_missing_and_malformed_inputs(tmp_path, coco_dirs):
@@ -165,7 +176,7 @@ def test_cli_prepare_coco_and_fc(coco_dirs, xlam_file, tmp_path, capsys, monkeyp
     )
     assert code == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["rows"] == {"train": 11, "val": 2, "test": 2}
+    assert json.loads(captured.out)["rows"] == {"train": 6, "val": 2, "test": 2 + 5}
     assert "first 3 rejected rows" in captured.err
     code = main(
         [
