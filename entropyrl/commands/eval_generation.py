@@ -17,6 +17,7 @@ from typing import Any
 
 from entropyrl.commands.eval_models import EvalError, ModelSource
 from entropyrl.commands.eval_plan import POPE_TOKENS, Plan
+from entropyrl.evaluation.generation import DECODING_PROTOCOL
 from entropyrl.files import json_dumps, write_json
 
 
@@ -47,12 +48,21 @@ def pope_key(row: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def check_settings(plan: Plan, model: ModelSource) -> None:
-    """A folder holding another model's or prompt's generations is not resumed into."""
+    """A folder holding another model's, prompt's or decoding's generations is not resumed
+    into."""
     path = plan.out / model.name / "settings.json"
     if not path.is_file():
         return
     saved = json.loads(path.read_text())
-    wanted = {"model": model.path, "prompt": plan.prompt, "backend": plan.backend}
+    decoding = saved.get("decoding")
+    if isinstance(decoding, dict):  # its shared part; a folder written before says "greedy"
+        saved["decoding"] = {key: decoding.get(key) for key in DECODING_PROTOCOL}
+    wanted = {
+        "model": model.path,
+        "prompt": plan.prompt,
+        "backend": plan.backend,
+        "decoding": DECODING_PROTOCOL,
+    }
     differs = {key: saved.get(key) for key, value in wanted.items() if saved.get(key) != value}
     if differs:
         raise EvalError(

@@ -14,6 +14,7 @@ from typing import Any
 
 from entropyrl.commands.eval_models import EvalError, ModelSource, parse_models
 from entropyrl.data.io import InputFileError
+from entropyrl.evaluation.generation import DECODING_TEXT
 
 DEFAULT_TOKENS = (512, 64)
 DEFAULT_PROMPT = "Please describe this image in detail."
@@ -331,7 +332,7 @@ def describe_plan(plan: Plan) -> str:
     if not plan.models:
         lines.append("  (none given)")
     lines += [f"  {model.name}: {model.describe()}" for model in plan.models]
-    lines.append(f"prompt: {plan.prompt!r}, greedy decoding, the model's chat template")
+    lines.append(f"prompt: {plan.prompt!r}, the model's chat template, {DECODING_TEXT}")
     for caption_set in plan.caption_sets:
         lines.append(
             f"captions {caption_set.key}: {caption_set.description}, "

@@ -12,6 +12,7 @@ from typing import Any
 from entropyrl.commands.eval_generation import caption_key, pope_key, read_rows, rewrite_rows
 from entropyrl.commands.eval_models import EvalError, ModelSource
 from entropyrl.commands.eval_plan import POPE_TOKENS, Plan
+from entropyrl.evaluation.generation import DECODING_PROTOCOL, DECODING_TEXT
 from entropyrl.files import write_json
 
 CAPTION_COLUMNS = (
@@ -114,7 +115,7 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
     bootstrap = {"resamples": plan.resamples, "seed": plan.seed}
     results: dict[str, Any] = {}
     tables = [
-        f"# Hallucination evaluation\n\nPrompt {plan.prompt!r}, greedy decoding. "
+        f"# Hallucination evaluation\n\nPrompt {plan.prompt!r}, {DECODING_TEXT}. "
         f"{plan.quality_note}. {plan.pope_note}. CHAIR ground truth: {plan.ground_truth}.\n"
     ]
     statistics = {name: spec.statistic for name, spec in CAPTION_METRICS.items()}
@@ -171,7 +172,7 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
         "protocol": {
             "data": str(plan.data),
             "prompt": plan.prompt,
-            "decoding": "greedy",
+            "decoding": DECODING_PROTOCOL,
             "caption_sets": [
                 {
                     "key": s.key,
