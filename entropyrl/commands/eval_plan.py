@@ -249,13 +249,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
         )
         for budget in tokens
     ]
-    sources = {image.source for image in held_out.values()}
-    if sources == {"karpathy"} and args.quality == "auto":
+    # Karpathy's own test images: `prepare coco` also holds out restval and a paper's list
+    # (sources `karpathy_restval`, `karpathy_hold_out`), which are not his test split.
+    karpathy_test = sorted(i for i, image in held_out.items() if image.source == "karpathy")
+    if karpathy_test and args.quality == "auto":
         sets.append(
-            CaptionSet("karpathy_test", sorted(held_out), min(tokens), "Karpathy's test split")
+            CaptionSet("karpathy_test", karpathy_test, min(tokens), "Karpathy's test split")
         )
         quality_note = (
-            f"CIDEr-D and BLEU-4 on Karpathy's test split ({len(held_out)} images, "
+            f"CIDEr-D and BLEU-4 on Karpathy's test split ({len(karpathy_test)} images, "
             f"{min(tokens)} new tokens) compare with papers' Karpathy-test figures (up to the "
             "tokenisation, see docs/hallucination_eval.md); on the CHAIR images only within "
             "this project"

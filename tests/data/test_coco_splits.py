@@ -297,3 +297,28 @@ def test_the_docs_show_one_prepare_coco_command():
     lines = {line for found in commands.values() for line in found}
     assert len(lines) == 1, f"the pages show different commands: {commands}"
     assert "--karpathy" in lines.pop()
+
+
+def test_the_evaluation_scores_quality_on_karpathys_test_images_only(coco_dirs, tmp_path):
+    """The held-out split also holds restval: the caption evaluation's `karpathy_test` set (the
+    one whose CIDEr-D compares with papers' Karpathy-test figures) takes Karpathy's own test
+    images, not the restval images beside them."""
+    import argparse
+
+    from entropyrl.commands import eval_caption, eval_plan
+
+    ann, img = coco_dirs
+    karpathy = write_layout("dataset_coco.json", karpathy_entries(ann), tmp_path / "karpathy")
+    prepare_coco(ann, img, tmp_path / "out", karpathy=karpathy, chair_ground_truth=False)
+    parser = argparse.ArgumentParser()
+    eval_caption.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            *("--model", f"base={tmp_path / 'no_model'}", "--data", str(tmp_path / "out")),
+            *("--coco", str(ann), "--out", str(tmp_path / "eval"), "--num-images", "2"),
+            "--dry-run",
+        ]
+    )
+    plan = eval_plan.make_plan(args)
+    quality = [s for s in plan.caption_sets if s.name == "karpathy_test"]
+    assert [s.image_ids for s in quality] == [sorted(TEST)]

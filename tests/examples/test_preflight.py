@@ -212,7 +212,7 @@ def test_several_nodes_need_a_shared_checkpoint_folder(tmp_path):
     python = tmp_path / "python"
     python.write_text(
         "#!/bin/sh\n"
-        'case " $* " in *" entropyrl doctor "*) exit 1 ;; esac\n'
+        'case " $* " in *" entropyrl doctor "*) echo "verl did not load the plugin"; exit 1 ;; esac\n'
         f'exec "{sys.executable}" "$@"\n'
     )
     python.chmod(0o755)
@@ -223,7 +223,8 @@ def test_several_nodes_need_a_shared_checkpoint_folder(tmp_path):
         env={**env, "CHECKPOINTS_SHARED": "1", "PYTHON": str(python)},
     )
     assert errors(shared) == [
-        f"error: the entropyrl verl plugin does not load (run: {python} -m entropyrl doctor)"
+        "error: the entropyrl verl plugin does not load: verl did not load the plugin "
+        f"(run: {python} -m entropyrl doctor)"
     ]
 
 

@@ -140,7 +140,8 @@ def test_rlhf_dataset_reads_coco_parquet_with_images(compose, tokenizer, coco_pa
     dataset = RLHFDataset(
         str(coco_parquet / "train.parquet"), tokenizer, config, processor=processor
     )
-    assert len(dataset) == 5  # 3 train2014 + the 2 val2014 images not held out
+    # 3 train2014 images: by default no val2014 image trains (CHAIR and POPE score val2014)
+    assert len(dataset) == 3
     for i in range(len(dataset)):
         item = dataset[i]
         content = item["raw_prompt"][0]["content"]
@@ -173,4 +174,4 @@ def test_rlhf_dataset_multimodal_filter(
     dataset = RLHFDataset(
         str(coco_parquet / "train.parquet"), tokenizer, config, processor=processor
     )
-    assert len(dataset) == 5
+    assert len(dataset) == 3
