@@ -20,6 +20,9 @@ problem, unless:
   recomposed from the parts it reported for each sample;
 - with the CHAIR schedule on, each sample's bound is the schedule's rule (step, linear or sigmoid,
   either direction) applied to its own CHAIR_i, the neutral bound where the service gave none;
+- with the per-sample clip loss, every sample reached the actor's loss with its own bound, advantages and old log-probs: each
+  micro-batch row the loss traced, whatever mini-batch, rank and balance_batch position it got,
+  carries the values the driver computed for that sample, and every sample of a step reached it;
 - with the `hf` rollout, every generation used the weights the actor sent last: the weight-sync
   probe (`entropyrl.verl.trace`) compares the fingerprint of each tensor the rollout generated
   with against the one the actor sent, so a rollout that kept older weights fails even when its
@@ -553,6 +556,65 @@ def check_bounds(
     return problems
 
 
+LOSS_FIELDS = ("clip_high", "advantages", "old_log_probs")
+LOSS_MODES = ("per_sample_clip",)  # the policy losses that trace what reached them
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, list) or isinstance(b, list):
+        if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+            return False
+        return all(_same_values(x, y) for x, y in zip(a, b))
+    return _relative(float(a), float(b)) <= TOLERANCE
+
+
+def check_loss_inputs(rows: list[dict[str, Any]], worker_rows: list[dict[str, Any]]) -> list[str]:
+    """What reached the actor's loss against what the driver computed, sample by sample.
+
+    `rows` are the driver's rows (padding included), `worker_rows` the loss's rows (one per
+    micro-batch row, `entropyrl.verl.trace.worker_rows`), matched by step and sample key. A step
+    traced by a killed run and again by the run that resumed it needs one of them complete."""
+    if not worker_rows:
+        return ["could not judge what reached the loss: the actor's loss traced no rows"]
+    driver: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        driver[(row["step"], row["key"])].append(row)
+    problems: list[str] = []
+    reached = set()
+    for row in worker_rows:  # the first row of each kind of fault is named
+        where = f"step {row.get('step')}, rank {row.get('rank')}"
+        candidates = driver.get((row.get("step"), row["key"]), [])
+        if not candidates:
+            line = f"{where}: the loss got a sample the driver never traced"
+        elif any(all(_same_values(row.get(f), c.get(f)) for f in LOSS_FIELDS) for c in candidates):
+            line = None
+        else:
+            field = next(
+                f for f in LOSS_FIELDS if not _same_values(row.get(f), candidates[0].get(f))
+            )
+            line = (
+                f"{where}: a sample reached the loss with another {field} than the driver "
+                "computed for it (the loss read another row's values)"
+            )
+        if line and not any(p.endswith(line.split(": ", 1)[1]) for p in problems):
+            problems.append(line)
+        reached.add((row.get("step"), row["key"]))
+    incomplete: dict[int, list[str]] = defaultdict(list)
+    complete = set()
+    for step, _, step_rows in _steps_of([row for row in rows if not row.get("padding")]):
+        missing = sum(1 for row in step_rows if (step, row["key"]) not in reached)
+        if missing:
+            incomplete[step].append(f"{missing} of {len(step_rows)}")
+        else:
+            complete.add(step)
+    for step, counts in sorted(incomplete.items()):
+        if step not in complete:
+            problems.append(f"step {step}: {counts[-1]} samples never reached the actor's loss")
+    return problems
+
+
 def check_weight_sync(
     sync_rows: list[dict[str, Any]], rollout_rows: list[dict[str, Any]]
 ) -> list[str]:
@@ -616,11 +678,13 @@ def check_trace(
     *,
     sync_rows: list[dict[str, Any]] | None = None,
     rollout_rows: list[dict[str, Any]] | None = None,
+    worker_rows: list[dict[str, Any]] | None = None,
     chair_optional: bool = False,
     end_tag: list[int] | str | None = "config",
 ) -> list[str]:
     """The per-sample trace of a run against the formulas: every step's advantages, the
-    rewards' parts, the clip bounds; with the probe's rows also the weight sync."""
+    rewards' parts, the clip bounds; with the loss's rows also what reached the loss, with the
+    probe's rows also the weight sync."""
     rows = [row for row in trace_rows if not row.get("padding")]
     if not rows:
         return ["the run wrote no per-sample trace (ENTROPYRL_TRACE_DIR)"]
@@ -638,6 +702,8 @@ def check_trace(
     problems += check_advantages(rows, config, tag)  # type: ignore[arg-type]
     problems += check_rewards(rows, config)
     problems += check_bounds(rows, config, chair_optional=chair_optional)
+    if worker_rows is not None:
+        problems += check_loss_inputs(trace_rows, worker_rows)
     if sync_rows is not None or rollout_rows is not None:
         problems += check_weight_sync(sync_rows or [], rollout_rows or [])
     return problems
@@ -664,11 +730,16 @@ def check_run(settings: Any, out: Path) -> int:
     ours = OmegaConf.select(config, "trainer.v1.trainer_mode") == "entropyrl"
     problems += check_checkpoint(config, int(config.trainer.total_training_steps), ours=ours)
     hf_rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "hf"
+    # the per-sample clip loss traces its micro-batch rows; verl's own losses trace nothing
+    our_loss = (
+        OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode") in LOSS_MODES
+    )
     if ours:
         folder = out / "trace"
         problems += check_trace(
             read_trace(folder, "driver"),
             config,
+            worker_rows=read_trace(folder, "worker") if our_loss else None,
             sync_rows=read_trace(folder, "sync") if hf_rollout else None,
             rollout_rows=read_trace(folder, "rollout") if hf_rollout else None,
             chair_optional=chair_optional,

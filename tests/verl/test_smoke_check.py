@@ -6,7 +6,8 @@ Faults, each as its run would record it: an estimator that fell back to GRPO (on
 on the first step only, and where some samples lacked entropy), a constant bound, a bound from
 the wrong direction or the wrong rule, a rollout that kept its initial weights (full
 fine-tuning and LoRA adapters), a reward that lost its CIDEr-D part or gained a CHAIR penalty
-the config does not ask for, a validation row taken for a training step, a step missing from the
+the config does not ask for, a loss that read another sample's bound or advantages or never got
+a sample, a validation row taken for a training step, a step missing from the
 trace; and runs the check cannot judge: groups whose rewards were all equal, CHAIR_i that never
 crossed the threshold. The same faults planted in the code of a real run (through a
 `sitecustomize` on PYTHONPATH, so every process of the run has them) are listed with what the
@@ -24,6 +25,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from entropyrl.commands.smoke_check import (
+    LOSS_MODES,
     check_metrics,
     check_trace,
     clip_rule,
@@ -44,13 +46,20 @@ class Recorded:
     driver: list[dict[str, Any]]
     syncs: list[dict[str, Any]]
     rollouts: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
 
     def copy(self) -> Recorded:
         return copy.deepcopy(self)
 
     def trace_problems(self, **kwargs: Any) -> list[str]:
+        ours = self.config.actor_rollout_ref.actor.policy_loss.loss_mode in LOSS_MODES
         return check_trace(
-            self.driver, self.config, sync_rows=self.syncs, rollout_rows=self.rollouts, **kwargs
+            self.driver,
+            self.config,
+            sync_rows=self.syncs,
+            rollout_rows=self.rollouts,
+            worker_rows=self.workers if ours else None,
+            **kwargs,
         )
 
     def real(self) -> list[dict[str, Any]]:
@@ -65,6 +74,7 @@ def recorded(out: Path) -> Recorded:
         driver=trace.read(folder, "driver"),
         syncs=trace.read(folder, "sync"),
         rollouts=trace.read(folder, "rollout"),
+        workers=trace.read(folder, "worker"),
     )
 
 
@@ -210,6 +220,39 @@ def test_a_run_without_probe_rows_cannot_be_judged(caption):
     bad = caption.copy()
     bad.rollouts = []
     one(bad.trace_problems(), "could not judge the weight sync")
+
+
+@CAPTION
+def test_a_loss_that_read_another_samples_bound(caption):
+    """Two micro-batch rows of step 1 with different bounds swap them: each sample reached the
+    loss, each with a bound the schedule can give, but not its own."""
+    bad = caption.copy()
+    step = [row for row in bad.workers if row["step"] == 1]
+    low = next(row for row in step if row["clip_high"] == pytest.approx(0.3))
+    high = next(row for row in step if row["clip_high"] == pytest.approx(0.5))
+    low["clip_high"], high["clip_high"] = high["clip_high"], low["clip_high"]
+    line = one(bad.trace_problems(), "reached the loss with another clip_high")
+    assert line.startswith("step 1, rank 0:")
+
+
+@CAPTION
+def test_a_loss_that_read_another_samples_advantages(caption):
+    bad = caption.copy()
+    rows = [row for row in bad.workers if row["step"] == 2]
+    moved = [row["advantages"] for row in rows]
+    for row, values in zip(rows, moved[1:] + moved[:1]):  # shifted by one row
+        row["advantages"] = values
+    one(bad.trace_problems(), "reached the loss with another advantages")
+
+
+@CAPTION
+def test_a_sample_that_never_reached_the_loss(caption):
+    bad = caption.copy()
+    lost = bad.workers[0]["step"], bad.workers[0]["key"]
+    bad.workers = [row for row in bad.workers if (row["step"], row["key"]) != lost]
+    one(bad.trace_problems(), f"step {lost[0]}: 1 of 20 samples never reached the actor's loss")
+    bad.workers = []
+    one(bad.trace_problems(), "could not judge what reached the loss")
 
 
 @CAPTION
