@@ -119,10 +119,8 @@ def smoke_assets(smoke_cache):
 LONG_GROUPS = (
     "ranks",
     "caption",
-    "qwen3_vl_two_ranks",
     "fc",
     "lora_caption_entropy_adv",
-    "lora_grpo_fc",
     "fallbacks",
     "mixed",
     "tests/evaluation/test_eval_caption.py",

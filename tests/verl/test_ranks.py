@@ -1,25 +1,30 @@
 """Two data-parallel ranks on CPU: the real verl trainer gives the numbers of one rank, and every
 sample keeps its own clip bound and advantage through balance_batch and the split over ranks.
 
-Three real `main_ppo` runs through `examples/chair_mscoco.sh --smoke`, shared by the tests:
+Two real `main_ppo` runs through `examples/chair_mscoco.sh --smoke` (the recipe's tiny
+Qwen2.5-VL), the same fixed batch through 1 and 2 ranks:
 
-- `smoke_two_ranks`: the 2-rank smoke exactly as a user runs it (`--ranks 2`: FSDP2 over gloo,
-  one hf rollout replica per rank, balance_batch, 2 PPO mini-batches per step), with the tiny
-  Qwen3-VL (`SMOKE_MODEL=qwen3_vl`: the architecture users move to runs through Ray here; the
-  session's `qwen3_vl_two_ranks` run, tests/verl/conftest.py).
-- `one_rank` and `two_ranks`: the same fixed batch through 1 and 2 ranks. The 1-rank run records
-  its rollouts (`ENTROPYRL_ROLLOUT_RECORD`) and the 2-rank run replays them
-  (`ENTROPYRL_ROLLOUT_REPLAY`), so both train on the same prompts and responses; sampling itself
-  cannot be shared, as each replica has its own seed and requests land on replicas by load.
-  Both train with `maxent_grpo` (its advantages need the reference worker's log-probs, so a
+- `two_ranks` is the 2-rank smoke as a user runs it (`--ranks 2`: FSDP2 over gloo, one hf
+  rollout replica per rank, balance_batch) with the batch settings below; `one_rank` the same
+  on one rank. The 1-rank run records its rollouts (`ENTROPYRL_ROLLOUT_RECORD`) and the 2-rank
+  run replays them (`ENTROPYRL_ROLLOUT_REPLAY`), so both train on the same prompts and
+  responses; sampling itself cannot be shared, as each replica has its own seed and requests
+  land on replicas by load.
+- Both train with `maxent_grpo` (its advantages need the reference worker's log-probs, so a
   reference that did not reach the estimator fails the run) and use one PPO mini-batch per step
-  and two PPO epochs: an update then sees the same rows in
-  either layout (with several mini-batches, balance_batch groups different rows into a
-  mini-batch on 2 ranks than on 1), and the second epoch is off-policy, so the per-sample clip
-  acts (lr 1e-3 makes it act on this tiny model). The actor and reference run in float32
-  (`fsdp_config.mixed_precision`): in bfloat16 a changed reduction order moves a log-prob by a
-  bfloat16 step (~0.4%), which flips single clip decisions and would hide the differences these
-  tests look for.
+  and two PPO epochs: an update then sees the same rows in either layout (with several
+  mini-batches, balance_batch groups different rows into a mini-batch on 2 ranks than on 1),
+  and the second epoch is off-policy, so the per-sample clip acts (lr 1e-3 makes it act on this
+  tiny model). The actor and reference run in float32 (`fsdp_config.mixed_precision`): in
+  bfloat16 a changed reduction order moves a log-prob by a bfloat16 step (~0.4%), which flips
+  single clip decisions and would hide the differences these tests look for.
+
+The pair keeps the recipe's model: with the tiny Qwen3-VL the two layouts already differ before
+the update (log-probs and entropies by up to 1.5e-5 relative, observed), which would hide what
+this comparison looks for; Qwen3-VL trains in the LoRA captioning smoke (tests/verl/conftest.py).
+Several mini-batches per step are the 1-rank smokes' default (tests/verl/test_smoke.py); every
+smoke's own check matches each row that reached the loss to the driver's sample, whatever
+mini-batch, rank and position it got (`entropyrl.commands.smoke_check.check_loss_inputs`).
 
 Tolerances (float32, as observed on this batch, with margin): before the first update both
 layouts compute each sample's old log-probs, entropies, advantages and bound from the same
@@ -53,9 +58,7 @@ from entropyrl.specs import ClipScheduleSpec
 from entropyrl.verl import trace
 from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 
-pytestmark = pytest.mark.slow
-RANKS = pytest.mark.xdist_group("ranks")  # the 1-rank / 2-rank pair, made in one worker
-DEFAULTS = pytest.mark.xdist_group("qwen3_vl_two_ranks")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ranks")]  # the pair, made in one worker
 RUN_TIMEOUT = 1800
 SETTINGS = smoke.default_settings("caption", ranks=2)
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
@@ -115,11 +118,6 @@ def run_caption_smoke(repo_root: Path, out: Path, cache: Path, *args: str, env=N
     assert result.returncode == 0, "\n".join(text.splitlines()[-60:])
     assert "smoke check passed" in result.stdout
     return out
-
-
-@pytest.fixture(scope="module")
-def smoke_two_ranks(smoke_runs) -> Path:
-    return smoke_runs("qwen3_vl_two_ranks").out
 
 
 @pytest.fixture(scope="module")
@@ -193,27 +191,23 @@ def assert_close_lists(a, b, tolerance: dict, what: str) -> None:
 # -- 1. the two-rank smoke --------------------------------------------------------------------
 
 
-@DEFAULTS
-def test_two_rank_smoke_trains_on_two_fsdp_ranks(smoke_two_ranks):
+def test_two_rank_smoke_trains_on_two_fsdp_ranks(two_ranks):
     import json
 
     from omegaconf import OmegaConf
 
-    out = smoke_two_ranks
+    out = two_ranks
     config = OmegaConf.load(out / "config.yaml")
     model = Path(config.actor_rollout_ref.model.path) / "config.json"
-    assert json.loads(model.read_text())["model_type"] == "qwen3_vl"
+    assert json.loads(model.read_text())["model_type"] == "qwen2_5_vl"
     assert config.trainer.n_gpus_per_node == 2 and config.trainer.nnodes == 1
     assert config.trainer.balance_batch is True
     assert config.actor_rollout_ref.actor.strategy == "fsdp2"
     assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == 1  # a replica per rank
-    actor = config.actor_rollout_ref.actor
-    assert config.data.train_batch_size // actor.ppo_mini_batch_size >= 2
     steps = metrics(out)
     assert sorted(steps) == [1, 2]
     for data in steps.values():  # the caption recipe's metrics, reduced over both ranks
         assert {"actor/pg_loss", "clip/bound_mean", "chair/chair_i_mean"} <= set(data)
-        assert data["chair/scored_samples"] == 2 * 4 * 5  # 4 prompts x 5 per rank
     workers = worker_rows(out)
     assert {row["rank"] for row in workers} == {0, 1}
     assert {row["dp_size"] for row in workers} == {2}
@@ -221,13 +215,12 @@ def test_two_rank_smoke_trains_on_two_fsdp_ranks(smoke_two_ranks):
     for rank in (0, 1):
         for step in (1, 2):
             calls = {r["call"] for r in workers if r["rank"] == rank and r["step"] == step}
-            assert len(calls) >= 2  # a loss call per PPO mini-batch (one micro-batch each)
+            assert len(calls) >= 2  # a loss call per PPO epoch (one micro-batch each)
 
 
 # -- 2. the same numbers as one rank ----------------------------------------------------------
 
 
-@RANKS
 def test_two_ranks_scored_through_a_service_on_a_reachable_address_with_the_token(two_ranks):
     from omegaconf import OmegaConf
 
@@ -240,7 +233,6 @@ def test_two_ranks_scored_through_a_service_on_a_reachable_address_with_the_toke
         assert data["chair/scored_samples"] == PAIR_PROMPTS * SETTINGS.rollouts_per_prompt
 
 
-@RANKS
 def test_two_ranks_compute_the_numbers_of_one_rank(one_rank, two_ranks):
     one, two = driver_rows(one_rank), driver_rows(two_ranks)
     assert set(one) == set(two)  # the same samples (replayed)
@@ -272,14 +264,10 @@ def test_two_ranks_compute_the_numbers_of_one_rank(one_rank, two_ranks):
 # -- 3. bounds follow their samples -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "run",
-    [pytest.param("two_ranks", marks=RANKS), pytest.param("smoke_two_ranks", marks=DEFAULTS)],
-)
-def test_bounds_follow_their_samples_through_balance_batch(run, request):
+def test_bounds_follow_their_samples_through_balance_batch(two_ranks):
     from omegaconf import OmegaConf
 
-    out = request.getfixturevalue(run)
+    out = two_ranks
     driver = driver_rows(out)
     steps = metrics(out)
     schedule = ClipScheduleSpec.from_mapping(
@@ -294,16 +282,15 @@ def test_bounds_follow_their_samples_through_balance_batch(run, request):
         lengths = [r["seq_len"] for r in rows]
         assert len(set(lengths)) > 1  # mixed lengths
         data = steps[step]
-        if run == "two_ranks":
-            # balance_batch never leaves the ranks less balanced than the contiguous split verl
-            # would otherwise dispatch (verl's own global_seqlen metrics), and regroups step 1's
-            # batch: its responses come from the initial weights under full determinism, so it is
-            # the same batch in every run. Later steps sample from updated weights, whose float
-            # rounding differs between runs, and may come balanced already.
-            balanced = data["global_seqlen/balanced_max"] - data["global_seqlen/balanced_min"]
-            assert data["global_seqlen/minmax_diff"] >= balanced
-            if step == 1:
-                assert data["global_seqlen/minmax_diff"] > balanced
+        # balance_batch never leaves the ranks less balanced than the contiguous split verl
+        # would otherwise dispatch (verl's own global_seqlen metrics), and regroups step 1's
+        # batch: its responses come from the initial weights under full determinism, so it is
+        # the same batch in every run. Later steps sample from updated weights, whose float
+        # rounding differs between runs, and may come balanced already.
+        balanced = data["global_seqlen/balanced_max"] - data["global_seqlen/balanced_min"]
+        assert data["global_seqlen/minmax_diff"] >= balanced
+        if step == 1:
+            assert data["global_seqlen/minmax_diff"] > balanced
         half = len(rows) // 2
         for rank, chunk in enumerate((rows[:half], rows[half:])):
             # rank r trains on the r-th half of the balanced order: its sequence-length sum is
@@ -331,7 +318,6 @@ def test_bounds_follow_their_samples_through_balance_batch(run, request):
 # -- 4. metrics across ranks ------------------------------------------------------------------
 
 
-@RANKS
 def test_two_rank_step_metrics_equal_the_one_rank_step(one_rank, two_ranks):
     m1, m2 = metrics(one_rank), metrics(two_ranks)
     assert sorted(m1) == sorted(m2) == [1, 2]

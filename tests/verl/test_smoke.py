@@ -8,14 +8,15 @@ These are the end-to-end evidence for the verl path; each run is made once per t
   checkpoints), killed with SIGKILL after its step-2 checkpoint and started again with the same
   command: it resumes and finishes step 3; the same folder then refuses another estimator and
   says a finished run has nothing left to do; its checkpoint merges into a Hugging Face model;
-- the function-calling recipe (egpo, dynamic batch sizes) and the mixed recipe (egpo_ratio);
-- LoRA on the caption recipe with `entropy_adv` (token-level shaping through real verl), LoRA on
-  the GRPO function-calling recipe, and a run that shows the fall-backs (no entropy: plain GRPO;
-  CHAIR service down: the neutral bound);
-- in tests/verl/test_ranks.py: two ranks against one (`maxent_grpo`, the reference's log-probs)
-  and the two-rank smoke at its defaults with Qwen3-VL.
+- the function-calling recipe (egpo, dynamic batch sizes) and the mixed recipe (egpo_ratio) with
+  LoRA on the text model;
+- LoRA on the caption recipe with the tiny Qwen3-VL and `entropy_adv` (token-level shaping
+  through real verl), and a run that shows the fall-backs (no entropy: plain GRPO; CHAIR service
+  down: the neutral bound);
+- in tests/verl/test_ranks.py: two ranks against one (`maxent_grpo`, the reference's log-probs).
 Every run's own check (`entropyrl.commands.smoke_check`) recomputes every step's advantages,
-rewards and bounds from the trace and proves the weight sync; tests/verl/test_smoke_check.py
+rewards and bounds from the trace, matches what reached the loss to its sample and proves the
+weight sync; tests/verl/test_smoke_check.py
 feeds it these runs with planted faults. Each run's config differs from the recipe's only in the
 allowed keys.
 """
@@ -34,7 +35,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entropyrl.commands import preflight, smoke
+from entropyrl.commands import smoke
 from entropyrl.commands.smoke_check import clip_rule, is_training_row, read_metrics
 from entropyrl.verl import trace
 
@@ -275,8 +276,9 @@ def safetensors_of(folder: Path) -> dict[str, torch.Tensor]:
 def test_lora_caption_smoke_with_entropy_adv_trains_only_the_adapters(
     smoke_runs, smoke_helpers, tmp_path
 ):
-    """LORA_RANK=8 on the caption recipe with `entropy_adv` (token-level entropy shaping through
-    real verl, every token's advantage checked by the run's own check): verl's LoRA (vision tower
+    """LORA_RANK=8 on the caption recipe with the tiny Qwen3-VL (SMOKE_MODEL=qwen3_vl, the
+    architecture users move to) and `entropy_adv` (token-level entropy shaping through real
+    verl, every token's advantage checked by the run's own check): verl's LoRA (vision tower
     excluded) trains 2 steps; the weight-sync probe saw the adapters reach the rollout; bounds
     from the schedule; the checkpoint holds the base unchanged and trained adapters on the
     language model only; merged, it captions an image."""
@@ -289,6 +291,7 @@ def test_lora_caption_smoke_with_entropy_adv_trains_only_the_adapters(
     load_smoke_config_module().assert_only_allowed_differences(config, "caption", extra)
     model = config.actor_rollout_ref.model
     assert (model.lora_rank, model.lora_alpha, model.exclude_modules) == (8, 16, ".*visual.*")
+    assert json.loads((Path(model.path) / "config.json").read_text())["model_type"] == "qwen3_vl"
     assert config.algorithm.adv_estimator == "entropy_adv"
     rows = training_rows(out)
     assert [row["step"] for row in rows] == [1, 2]
@@ -352,41 +355,34 @@ def test_fc_smoke_runs_the_recipe_with_its_dynamic_batches(smoke_runs):
 
 
 @pytest.mark.xdist_group("mixed")
-def test_mixed_smoke_scores_math_and_code_through_the_hybrid_reward(smoke_runs):
+def test_mixed_smoke_with_lora_scores_math_and_code_through_the_hybrid_reward(
+    smoke_runs, smoke_helpers
+):
+    """LORA_RANK=8 on the mixed recipe: EGPO's ratio calibration on math and code through the
+    hybrid reward, LoRA adapters on every linear layer of the text model (Qwen3), the adapters
+    seen to reach the rollout."""
     out = smoke_runs("mixed").out
     config = OmegaConf.load(out / "config.yaml")
-    load_smoke_config_module().assert_only_allowed_differences(config, "mixed")
+    load_smoke_config_module().assert_only_allowed_differences(
+        config, "mixed", smoke_helpers.LORA_TEXT
+    )
+    model = config.actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, model.exclude_modules) == (8, 16, None)
+    assert json.loads((Path(model.path) / "config.json").read_text())["model_type"] == "qwen3"
     rows = training_rows(out)
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
         assert row["data"]["egpo/entropy/missing"] == 0
+        assert row["data"]["actor/lr"] == pytest.approx(1e-5)
     # the calibration acted: some sample's weight differed from 1 (the run's own check
     # recomputes each sample's weighted advantage)
     assert any(row["data"]["egpo/weight/std"] > 0 for row in rows)
     assert config.algorithm.adv_estimator == "egpo_ratio"
     assert config.algorithm.entropy.mode == "answer"
     assert config.reward.custom_reward_function.path.endswith("entropyrl.rewards.hybrid")
+    assert_the_sync_was_judged(out, "adapter")
     # Hydra's own output folder stays inside the run folder
     assert (out / "hydra" / ".hydra" / "config.yaml").is_file()
-
-
-@pytest.mark.xdist_group("lora_grpo_fc")
-def test_lora_grpo_function_calling_smoke(smoke_runs, smoke_helpers):
-    """LORA_RANK=8 on the GRPO function-calling recipe: adapters on every linear layer, GRPO's
-    advantages recomputed by the run's check, the adapters seen to reach the rollout."""
-    out = smoke_runs("lora_grpo_fc").out
-    config = OmegaConf.load(out / "config.yaml")
-    assert config.algorithm.adv_estimator == "grpo"
-    assert config.actor_rollout_ref.model.lora_rank == 8
-    assert config.actor_rollout_ref.model.exclude_modules is None
-    checks = load_smoke_config_module()
-    ours = checks.flatten(OmegaConf.to_container(config, resolve=True))
-    recipe = preflight.compose_recipe("grpo_function_calling", list(smoke_helpers.LORA_TEXT))
-    theirs = checks.flatten(OmegaConf.to_container(recipe, resolve=True))
-    found = {k for k in set(ours) | set(theirs) if ours.get(k, None) != theirs.get(k, None)}
-    assert sorted(k for k in found if not checks.allowed(k)) == []
-    assert [row["step"] for row in training_rows(out)] == [1, 2]
-    assert_the_sync_was_judged(out, "adapter")
 
 
 @pytest.mark.xdist_group("fallbacks")
