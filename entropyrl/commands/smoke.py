@@ -96,9 +96,11 @@ def run_overrides(settings: SmokeSettings, assets: Path, out: Path) -> list[str]
         f"trainer.n_gpus_per_node={settings.ranks}",
         # Ray schedules on logical resources: verl's placement bundles ask for CPUs and one GPU
         # per rank, TransferQueue's controller and storage take a CPU each. The real cores are
-        # shared by thread count (OMP_NUM_THREADS=1), not by Ray.
+        # shared by thread count (OMP_NUM_THREADS=1), not by Ray. Ray's dashboard (ten
+        # processes, some 4 CPU-seconds a run) stays off.
         "ray_kwargs.ray_init.num_cpus=16",
         f"+ray_kwargs.ray_init.num_gpus={settings.ranks}",
+        "+ray_kwargs.ray_init.include_dashboard=false",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # batch sizes and lengths scaled, the recipe's shape kept
         f"data.train_batch_size={settings.prompts_per_step}",

@@ -81,7 +81,7 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "trainer.device": "the CPU platform",
     "trainer.n_gpus_per_node": "ranks on the local CPU (--ranks)",
     "actor_rollout_ref.rollout.n_gpus_per_node": "follows trainer.n_gpus_per_node",
-    "ray_kwargs.ray_init": "Ray's logical resources on a 2-core machine",
+    "ray_kwargs.ray_init": "Ray's logical resources on a 2-core machine, no dashboard",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one storage process",
     "data.train_files": "the generated data set",
     "data.val_files": "the generated data set",
