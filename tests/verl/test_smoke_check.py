@@ -118,9 +118,11 @@ def test_the_recorded_caption_run_passes(caption):
 @CAPTION
 def test_a_constant_bound(caption):
     bad = caption.copy()
-    for row in bad.driver:
+    for row in bad.driver + bad.workers:  # the constant bound, all the way to the loss
         row["clip_high"] = 0.3
-    one(bad.trace_problems(), "got bound 0.3, the step rule (hallucinated_high) gives 0.5")
+    problems = bad.trace_problems()
+    one(problems, "got bound 0.3, the step rule (hallucinated_high) gives 0.5")
+    assert not [p for p in problems if "reached the loss" in p]  # it reached the loss as computed
 
 
 @CAPTION
@@ -147,6 +149,8 @@ def test_chair_that_never_crosses_the_threshold_cannot_be_judged(caption):
     bad = caption.copy()
     for row in bad.driver:
         row["chair_i"], row["clip_high"] = 0.0, 0.3
+    for row in bad.workers:
+        row["clip_high"] = 0.3
     one(bad.trace_problems(), "could not judge the clip schedule")
 
 
@@ -155,6 +159,8 @@ def test_without_any_chair_score_only_the_documented_fallback_passes(caption):
     bad = caption.copy()
     for row in bad.driver:
         row["chair_i"], row["clip_high"] = None, 0.3
+    for row in bad.workers:  # the neutral bound reaches the loss too
+        row["clip_high"] = 0.3
     one(bad.trace_problems(), "could not judge the clip schedule: no sample got a CHAIR score")
     assert not [p for p in bad.trace_problems(chair_optional=True) if "clip" in p]
 
