@@ -104,6 +104,13 @@ if ! er_loopback "$chair_host" && [ -z "${CHAIR_SERVER_TOKEN:-}" ]; then
   er_fail "the CHAIR service would listen on $chair_host, where other machines reach it (${ER_NNODES:-1} node(s)), so it needs a token: export CHAIR_SERVER_TOKEN=<a secret> here and on every node before 'ray start' (the reward workers read it there)"
 fi
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/chair_mscoco.XXXXXX")"
+# The service's log stays in the run's folder (the checkpoint folder; a smoke's DIR), appended
+# to across resumes: what it said survives a crash.
+if er_smoke; then
+  chair_log="$ER_SMOKE_OUT/chair_server.log"
+else
+  chair_log="${ER_CHECKPOINT_DIR:-.}/chair_server.log"
+fi
 chair_cmd=("$ER_PYTHON" -m chair_server "${chair_source[@]}" --host "$chair_host" --port 0 --ready-file "$workdir/url" --supervise)
 chair_pid=""
 cleanup() {
@@ -122,7 +129,9 @@ if er_dry_run; then
   chair_url="http://$chair_host:PORT"  # the real port comes from the ready file
 else
   # the service's own output goes to its log; the supervisor's restart lines to stderr
-  "${chair_cmd[@]}" >"$workdir/chair.log" &
+  mkdir -p "$(dirname "$chair_log")"
+  echo "== $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(er_print_cmd "${chair_cmd[@]}")" >>"$chair_log"
+  "${chair_cmd[@]}" >>"$chair_log" &
   chair_pid=$!
   deadline=$((SECONDS + CHAIR_TIMEOUT))
   chair_up=0
@@ -142,18 +151,18 @@ EOF
   done
   if [ "$chair_up" = 1 ]; then
     chair_url="$(cat "$workdir/url")"
-    echo "CHAIR service: $chair_url (supervisor pid $chair_pid: restarted on this port if it dies)"
+    echo "CHAIR service: $chair_url (supervisor pid $chair_pid: restarted on this port if it dies; log: $chair_log)"
   elif [ "${CHAIR_OPTIONAL:-0}" = 1 ]; then
     echo "warning: the CHAIR service did not come up (last lines of its log below); training" \
       "continues without CHAIR scores (CHAIR_OPTIONAL=1): CIDEr-D reward only, neutral clip" \
       "bounds, counted in chair/fallback_samples" >&2
-    tail -n 5 "$workdir/chair.log" >&2 || true
+    tail -n 5 "$chair_log" >&2 || true
     # An address nothing listens on: the reward's client takes its documented fallback at
     # every batch, which the metrics count (the same path as a service that dies mid-run).
     chair_url="$(cat "$workdir/url" 2>/dev/null || true)"
     chair_url="${chair_url:-http://127.0.0.1:9}"
   else
-    tail -n 5 "$workdir/chair.log" >&2 || true
+    tail -n 5 "$chair_log" >&2 || true
     er_fail "the CHAIR service did not come up within ${CHAIR_TIMEOUT}s (the last lines of its log are above); CHAIR_OPTIONAL=1 trains without it (CIDEr-D reward only, neutral clip bounds, counted in chair/fallback_samples)"
   fi
 fi

@@ -193,6 +193,7 @@ def run_recipe(args: argparse.Namespace) -> int:
     findings += preflight.stack_findings(config)
     findings += preflight.gpu_findings(config)
     findings += preflight.input_findings(config)
+    findings += [f for f in preflight.prompt_findings(config) if f.ok]  # refusals: config
     findings += preflight.node_findings(config)
     for finding in findings:
         print(f"{'ok     ' if finding.ok else 'PROBLEM'} {finding.check}: {finding.line}")

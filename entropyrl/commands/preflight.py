@@ -14,6 +14,9 @@ exactly those the training command will get. The config is composed with Hydra a
   when the recipe's attention needs it (`stack_problems`);
 - layout (GPU runs): the GPUs this process sees against the config's `n_gpus_per_node`, and on
   more than one node a checkpoint folder every node shares;
+- prompts (always): with verl's length filter off, every prompt fits `data.max_prompt_length`,
+  proven from the image sizes `entropyrl prepare coco` records (`prompt_findings`), and
+  `rollout.max_model_len` holds a prompt and its response;
 - checkpoints (always): a folder holding another run's checkpoint is refused; a run already at
   its last step is reported, and the launch script stops there (`entropyrl.verl.checkpoints`).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -169,7 +173,45 @@ def model_type(model_path: str) -> str | None:
         return "qwen2_5_vl"
     if "qwen2-vl" in name:
         return "qwen2_vl"
+    if "qwen3-vl" in name:
+        return "qwen3_vl"
     return None
+
+
+IMAGE_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+PILLOW_DATASET = "entropyrl.verl.dataset"  # data.custom_cls that needs neither (CPU runs)
+
+
+def vision_stack_findings(config: Any) -> list[Finding]:
+    """An image model through verl's own dataset and agent loop needs `qwen_vl_utils` and the
+    torchvision it imports: without them verl's length filter drops every image row (an
+    exception in its `doc2len` counts as too long) and every rollout fails."""
+    import importlib.util
+
+    kind = model_type(str(_select(config, "actor_rollout_ref.model.path", "")))
+    custom = str(_select(config, "data.custom_cls.path", "") or "")
+    if kind not in IMAGE_MODELS or PILLOW_DATASET in custom:
+        return []
+    findings = []
+    for module, install in (
+        ("torchvision", "pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch 2.11)"),
+        ("qwen_vl_utils", "pip install qwen-vl-utils"),
+    ):
+        found = importlib.util.find_spec(module) is not None
+        findings.append(
+            Finding(
+                "stack",
+                found,
+                f"{module}: "
+                + (
+                    "importable"
+                    if found
+                    else f"not installed, and verl's dataset and agent loop read {kind}'s images "
+                    f"through qwen_vl_utils: {install}"
+                ),
+            )
+        )
+    return findings
 
 
 def attention_needs_flash(config: Any) -> str | None:
@@ -192,6 +234,74 @@ def attention_needs_flash(config: Any) -> str | None:
             "(actor_rollout_ref.model.use_remove_padding=true)"
         )
     return None
+
+
+# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes,
+# "CUDA Toolkit and Minimum Required Driver Version"): minor-version compatibility holds within
+# a major version, not across.
+DRIVER_FOR_CUDA = {13: (580, 65, 6), 12: (525, 60, 13), 11: (450, 80, 2)}
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version `nvidia-smi` reports (first GPU), None without one."""
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = result.stdout.split()
+    if result.returncode != 0 or not lines or not re.fullmatch(r"\d+(\.\d+)+", lines[0]):
+        return None
+    return lines[0]
+
+
+def torch_build() -> tuple[str | None, str | None]:
+    """(torch's version, the CUDA version it was built for; None for a CPU build)."""
+    version = _version("torch")
+    if version is None:
+        return None, None
+    import torch
+
+    return version, torch.version.cuda
+
+
+def driver_findings(
+    driver: str | None, torch_version: str | None, cuda: str | None
+) -> list[Finding]:
+    """The node's NVIDIA driver against the CUDA the installed torch was built for: a driver too
+    old for it leaves `torch.cuda.is_available()` False while `nvidia-smi` lists every GPU."""
+    try:
+        have = tuple(int(part) for part in (driver or "").split("."))
+    except ValueError:
+        have = ()
+    if not have or torch_version is None:
+        return []  # no NVIDIA driver to judge (the GPU check says so) or no torch (above)
+    if cuda is None:
+        return [
+            Finding(
+                "stack",
+                False,
+                f"torch {torch_version} is a CPU build on a node with NVIDIA driver {driver}: "
+                "pip install -e '.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)",
+            )
+        ]
+    major = int(cuda.split(".")[0])
+    need = DRIVER_FOR_CUDA.get(major)
+    ok = need is None or have >= need
+    line = f"NVIDIA driver {driver}, torch {torch_version} built for CUDA {cuda}"
+    if not ok:
+        line += (
+            f": CUDA {major} needs driver {'.'.join(map(str, need))} or newer (the R{need[0]} "
+            "series); with this driver torch sees no GPU: upgrade the driver (PyPI's torch "
+            "2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
+        )
+    return [Finding("stack", ok, line)]
 
 
 def stack_findings(config: Any) -> list[Finding]:
@@ -239,6 +349,9 @@ def stack_findings(config: Any) -> list[Finding]:
                 f"'verl[vllm]=={SUPPORTED_VERL}' installs the tested stack"
             )
         findings.append(Finding("stack", ok, line, blocking=False))
+    driver = nvidia_driver()  # torch is imported only where there is a driver to compare
+    findings += driver_findings(driver, *(torch_build() if driver else (None, None)))
+    findings += vision_stack_findings(config)
     why = attention_needs_flash(config)
     if why is not None:
         available = _flash_attn_importable()
@@ -250,7 +363,7 @@ def stack_findings(config: Any) -> list[Finding]:
                 + (
                     "importable"
                     if available
-                    else f"not installed, and {why}: MAX_JOBS=8 pip install flash-attn "
+                    else f"not installed, and {why}: MAX_JOBS=8 pip install flash-attn==2.8.3 "
                     "--no-build-isolation (after torch), or run without it: "
                     "actor_rollout_ref.model.use_remove_padding=false "
                     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
@@ -355,6 +468,98 @@ def input_findings(config: Any) -> list[Finding]:
                 if cached
                 else f"neither a local folder nor in the Hugging Face cache (hf download {model}, "
                 "or MODEL_PATH=/a/local/folder)"
+            ),
+        )
+    )
+    return findings
+
+
+def model_folder(model: str) -> Path | None:
+    """The model's local folder: the path itself, or its snapshot in the Hugging Face cache."""
+    if Path(model).is_dir():
+        return Path(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:
+        return None
+
+
+def prompt_findings(config: Any) -> list[Finding]:
+    """With verl's length filter off, prove every prompt fits `data.max_prompt_length`.
+
+    For an image model, from the image sizes and prompts `entropyrl prepare coco` records in
+    each data folder's `manifest.json` (`entropyrl.data.prompt_length`: verl's own count,
+    tested); and `rollout.max_model_len`, when set, holds a prompt and a response. Nothing to
+    prove where the inputs are not there yet (the launch script names them next)."""
+    import json
+
+    findings = []
+    limit = int(_select(config, "data.max_prompt_length", 1024))
+    response = int(_select(config, "data.max_response_length", 0))
+    context = _select(config, "actor_rollout_ref.rollout.max_model_len")
+    if context is not None and int(context) < limit + response:
+        findings.append(
+            Finding(
+                "config",
+                False,
+                f"actor_rollout_ref.rollout.max_model_len={context} is shorter than a prompt and "
+                f"its response (data.max_prompt_length + data.max_response_length = "
+                f"{limit + response}): set it to {limit + response}",
+            )
+        )
+    if _select(config, "data.filter_overlong_prompts", True):
+        return findings
+    folder = model_folder(str(_select(config, "actor_rollout_ref.model.path", "")))
+    if folder is None or not (
+        (folder / "preprocessor_config.json").is_file()
+        or (folder / "processor_config.json").is_file()
+    ):
+        return findings  # no model here yet, or a text model: no images to bound
+    files = []
+    for key in ("data.train_files", "data.val_files"):
+        value = _select(config, key)
+        files += [value] if isinstance(value, str) else list(value or [])
+    if not files or not all(Path(str(f)).is_file() for f in files):
+        return findings
+    prompts, sizes = [], set()
+    for data in sorted({Path(str(f)).resolve().parent for f in files}):
+        manifest = data / "manifest.json"
+        try:
+            recorded = json.loads(manifest.read_text())
+            for counts in recorded["image_sizes"].values():
+                sizes |= {tuple(int(v) for v in key.split("x")) for key in counts}
+            prompts += recorded["prompts"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            findings.append(
+                Finding(
+                    "inputs",
+                    False,
+                    f"data.filter_overlong_prompts=false, and {manifest} records no image sizes "
+                    "to prove every prompt fits data.max_prompt_length: prepare the data again "
+                    "with entropyrl prepare coco (it records them), or set "
+                    "data.filter_overlong_prompts=true (verl then opens every image before the "
+                    "first step)",
+                )
+            )
+            return findings
+    from entropyrl.data.prompt_length import longest_prompt
+
+    patch = _select(config, "data.image_patch_size")
+    longest, size = longest_prompt(folder, prompts, sizes, int(patch) if patch else None)
+    where = f"the largest image {size[0]}x{size[1]}" if size else "no image"
+    findings.append(
+        Finding(
+            "inputs",
+            longest <= limit,
+            f"prompts: at most {longest} tokens ({where}, {len(sizes)} image sizes recorded) "
+            + (
+                f"<= data.max_prompt_length={limit}"
+                if longest <= limit
+                else f"> data.max_prompt_length={limit}: raise it to {longest} (and "
+                "actor_rollout_ref.rollout.max_model_len with it), or set "
+                "data.filter_overlong_prompts=true to drop the longer rows"
             ),
         )
     )
@@ -467,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # Hydra's composition errors: one line, not a traceback
         _say(f"error: {args.config}: {' '.join(str(error).split())}")
         return 2
-    findings = config_findings(config)
+    findings = config_findings(config)  # with the prompt bound's refusals
     if args.dry_run and not findings:
         from entropyrl.verl.geometry import batch_geometry, describe
 
@@ -475,6 +680,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         geometry = batch_geometry(config, use_reference_policy=reference, use_critic=critic)
         for line in describe(geometry):
             _say(f"# dry-run: batch {line}")
+        for finding in prompt_findings(config):
+            _say(f"# dry-run: {finding.line}")
     if args.mode == "gpu":
         # No GPU at all is the launch script's own first check (and a dry run's note).
         gpus = gpu_findings(config) if visible_gpus() > 0 else []

@@ -107,9 +107,8 @@ def run_overrides(settings: SmokeSettings, assets: Path, out: Path) -> list[str]
         f"actor_rollout_ref.actor.ppo_mini_batch_size={settings.mini_batch_prompts}",
         f"data.max_prompt_length={settings.max_prompt_length}",
         f"data.max_response_length={settings.response_length}",
-        # the run: a few steps, the metrics file, checkpoints under DIR
+        # the run: a few steps, checkpoints under DIR (the metrics file: VERL_FILE_LOGGER_PATH)
         f"trainer.total_training_steps={settings.steps}",
-        "trainer.logger=[console,file]",
         f"trainer.default_local_dir={out / 'checkpoints'}",
     ]
     if settings.task == "caption":
@@ -117,7 +116,6 @@ def run_overrides(settings: SmokeSettings, assets: Path, out: Path) -> list[str]
             f"data.train_files={data / 'train.parquet'}",
             f"data.val_files={data / 'val.parquet'}",
             # verl's multi-modal dataset path imports qwen_vl_utils (torchvision)
-            "data.filter_overlong_prompts=false",
             "data.custom_cls.path=pkg://entropyrl.verl.dataset",
             "data.custom_cls.name=PillowRLHFDataset",
             f"reward.custom_reward_function.reward_kwargs.cider_df={data / 'cider_df.json.gz'}",

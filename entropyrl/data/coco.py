@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from PIL import Image as PILImage
+
 from entropyrl.data.io import (
     InputFileError,
     RejectLog,
@@ -78,6 +80,7 @@ class _Image:
     source: str
     line: int | str
     given: str = ""  # the split the input (or the hash split) gave; `split` is where it goes
+    size: tuple[int, int] | None = None  # (width, height), read from the file's header
 
 
 def _coco_part(image: _Image) -> str:
@@ -361,6 +364,13 @@ def prepare_coco(
         if check_images and not path.is_file():
             rejects.add(image.line, f"image file not found: {path}", source=image.source)
             continue
+        if check_images:
+            try:  # the header only: the size bounds the prompt's tokens (manifest.json)
+                with PILImage.open(path) as opened:
+                    image.size = opened.size
+            except (OSError, ValueError) as error:
+                rejects.add(image.line, f"unreadable image {path}: {error}", source=image.source)
+                continue
         seen.add(image.image_id)
         image.file_name = str(path.resolve())
         valid.append(image)
@@ -448,7 +458,10 @@ def prepare_coco(
     rejects_file = rejects.write(out_dir / "rejects.jsonl")
     manifest = out_dir / "manifest.json"
     write_json(
-        _manifest(rule, source, restval, kept, moved, absent, in_train, karpathy_files),
+        {
+            **_manifest(rule, source, restval, kept, moved, absent, in_train, karpathy_files),
+            **_prompt_inputs(kept, prompt, check_images),
+        },
         manifest,
     )
     outputs["manifest"] = str(manifest)
@@ -479,6 +492,28 @@ def _split_rule(source: str, given: Mapping[str, int], rest: int, restval: bool)
         f"{rest:,} {where}; Karpathy's val/test are other images, so CIDEr-D on this test "
         "split does not compare with papers' Karpathy-test figures"
     )
+
+
+def _prompt_inputs(
+    kept: Mapping[str, list[_Image]], prompt: str, sizes_read: bool
+) -> dict[str, Any]:
+    """What bounds a row's prompt in tokens without opening an image (the launch's preflight,
+    `entropyrl.data.prompt_length`): the prompt every row holds and each split's image sizes
+    (width x height: count); None when the images were not read (`check_images` off)."""
+    sizes: dict[str, dict[str, int]] | None = None
+    if sizes_read:
+        sizes = {}
+        for split, items in kept.items():
+            counts: dict[str, int] = {}
+            for image in items:
+                if image.size is not None:
+                    key = f"{image.size[0]}x{image.size[1]}"
+                    counts[key] = counts.get(key, 0) + 1
+            sizes[split] = dict(sorted(counts.items()))
+    return {
+        "prompts": [[{"role": "user", "content": prompt}]],
+        "image_sizes": sizes,
+    }
 
 
 def _manifest(

@@ -15,8 +15,9 @@ After init the actor workers get `PerSampleClipPPOLoss`, which hands that field 
 Around verl's checkpoints and validation:
 - every checkpoint gets the run's settings beside it (`entropyrl.verl.checkpoints`), which the
   plugin compares before Ray starts so that `resume_mode: auto` continues only the same run; a
-  run resumed at or past its last step says there is nothing left to do; a resumed run's file
-  logger keeps the rows of the steps before its checkpoint (verl's opens the file afresh);
+  run resumed at or past its last step says there is nothing left to do; the file logger writes
+  `metrics.jsonl` in the checkpoint folder unless `VERL_FILE_LOGGER_PATH` says otherwise, and a
+  resumed run's keeps the rows of the steps before its checkpoint (verl's opens the file afresh);
 - validation means of CHAIR scores (`chair_i`, `chair_s`, `recall`) are over the captions the
   service scored, with the count of unscored ones beside them (`val-aux/<source>/chair_unscored`):
   verl averages with `np.mean`, where one unscored caption (NaN) made the mean NaN.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,35 @@ def write_resolved_config(config: Any, path: Path) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(OmegaConf.to_yaml(config, resolve=True))
     os.replace(partial, path)
+
+
+def default_metrics_path(config: Any, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Where verl's file logger should write when the run does not say (`VERL_FILE_LOGGER_PATH`
+    unset): `metrics.jsonl` in the checkpoint folder, the run's own folder, shared between nodes
+    and kept through a crash (verl's default is `./<project>/<experiment>.jsonl` in whatever
+    folder the trainer's process started in). None when the file logger is off or placed."""
+    loggers = config.trainer.get("logger") or []
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    if "file" not in loggers or environ.get("VERL_FILE_LOGGER_PATH"):
+        return None
+    return os.path.join(str(config.trainer.default_local_dir), "metrics.jsonl")
+
+
+def empty_training_set(config: Any, rows: int) -> str:
+    """Why a run has no step to train (verl would log nothing and exit 0)."""
+    batch = int(config.data.train_batch_size)
+    filtered = bool(config.data.get("filter_overlong_prompts", False))
+    return (
+        f"no training step: the training set holds {rows} row(s) after verl's dataset read "
+        f"{config.data.train_files}, fewer than data.train_batch_size={batch}"
+        + (
+            " (data.filter_overlong_prompts=true dropped every row verl could not measure or "
+            "found longer than data.max_prompt_length: for image rows, qwen_vl_utils and "
+            "torchvision must import; entropyrl doctor --recipe checks)"
+            if filtered
+            else ""
+        )
+    )
 
 
 def resumed_file_logger(base: type, resumed_step: int) -> type:
@@ -298,10 +329,16 @@ class EntropyPPOTrainer(PPOTrainerSync):
             checkpoints.remove_older(folder, keep=int(keep))
 
     def fit(self, agent_loop_manager: Any) -> None:
+        metrics = default_metrics_path(self.config)
+        if metrics is not None:  # read by verl's FileLogger when super().fit() builds it
+            os.makedirs(os.path.dirname(metrics) or ".", exist_ok=True)
+            os.environ["VERL_FILE_LOGGER_PATH"] = metrics
         if self.global_steps > 0:
             from verl.utils import tracking
 
             tracking.FileLogger = resumed_file_logger(tracking.FileLogger, int(self.global_steps))
+        if self.total_training_steps <= 0:
+            raise RuntimeError(empty_training_set(self.config, len(self.train_dataset)))
         if self.global_steps >= self.total_training_steps:
             # verl would log nothing and exit 0: say it (the driver says it too when it can)
             print(

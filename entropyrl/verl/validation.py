@@ -9,6 +9,10 @@ the workers, the rollout and the log-prob passes have run:
   `algorithm.clip_schedule.treshold`;
 - a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
   that does not divide a rank's share of the mini-batch on this layout;
+- a training set with fewer rows than one step's prompts (verl would train nothing, exit 0);
+- with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
+  that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
+  its response (`entropyrl.commands.preflight.prompt_findings`);
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
   continue (`entropyrl.verl.checkpoints`); a run whose checkpoint is already at its last step
   says there is nothing left to do and exits 0.
@@ -57,7 +61,37 @@ def config_problems(
     problems += geometry_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
+    problems += data_problems(config)
+    from entropyrl.commands.preflight import prompt_findings
+
+    problems += [finding.line for finding in prompt_findings(config) if not finding.ok]
     return problems
+
+
+def data_problems(config: Any) -> list[str]:
+    """A training set with fewer rows than one step's prompts: verl would train no step and
+    exit 0. Counted from the parquet files' metadata (no row is read); files that are not there
+    or not parquet are left to verl's own error."""
+    from omegaconf import OmegaConf
+
+    files = OmegaConf.select(config, "data.train_files", default=None)
+    files = [files] if isinstance(files, str) else list(files or [])
+    batch = OmegaConf.select(config, "data.train_batch_size", default=None)
+    if not files or batch is None:
+        return []
+    try:
+        import pyarrow.parquet as pq
+
+        rows = sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)
+    except Exception:  # missing, empty or not parquet: verl says so itself
+        return []
+    if rows >= int(batch):
+        return []
+    return [
+        f"data.train_files hold {rows} row(s) ({', '.join(map(str, files))}), fewer than "
+        f"data.train_batch_size={int(batch)}: no training step would run; prepare more data or "
+        "lower data.train_batch_size"
+    ]
 
 
 def refuse(problems: Sequence[str]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -176,6 +178,20 @@ def bfcl_dir(tmp_path) -> Path:
     return root
 
 
+# COCO-like image sizes (width, height) the fixture's files take in turn; prepare coco records
+# them in manifest.json (what bounds a prompt in tokens).
+FIXTURE_SIZES = ((640, 480), (480, 640), (500, 375))
+
+
+@functools.cache
+def _jpeg(size: tuple[int, int]) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (90, 140, 60)).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
 def coco_fixture(
     root: Path, *, n_train: int = 6, n_val: int = 10, missing_image: int | None = None
 ):
@@ -213,7 +229,8 @@ def coco_fixture(
         (img / f"{part}2014").mkdir(parents=True, exist_ok=True)
         for image in images:
             if image["id"] != missing_image:
-                (img / f"{part}2014" / image["file_name"]).write_bytes(b"")
+                size = FIXTURE_SIZES[image["id"] % len(FIXTURE_SIZES)]
+                (img / f"{part}2014" / image["file_name"]).write_bytes(_jpeg(size))
     return ann, img
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from entropyrl.cli import main
 from entropyrl.data.coco import prepare_coco
@@ -206,6 +207,18 @@ def test_the_hash_split_keeps_val2014_out_of_training_and_says_so(coco_dirs, tmp
     assert manifest["splits_from"] == "hash of the val2014 image ids"
     assert manifest["karpathy"] is None
     assert manifest["images"]["train"] == {"train2014": 6, "val2014": 0}
+    # what bounds a prompt without opening an image: each split's sizes (read from the files'
+    # headers) and the rows' prompt
+    rows = pq.read_table(out / "train.parquet").to_pylist()
+    assert manifest["prompts"] == [rows[0]["prompt"]]
+    for split in ("train", "val", "test"):
+        table = pq.read_table(out / f"{split}.parquet").to_pylist()
+        expected: dict[str, int] = {}
+        for row in table:
+            with Image.open(row["images"][0]) as image:
+                key = f"{image.size[0]}x{image.size[1]}"
+            expected[key] = expected.get(key, 0) + 1
+        assert manifest["image_sizes"][split] == expected, split
     restval = set(manifest["moved_to_test"]["restval"]["image_ids"])
     assert len(restval) == 4 and restval <= ids["test"]
     test = sources(out / "test.parquet")

@@ -232,5 +232,5 @@ def test_a_gpu_run_without_flash_attn_stops_in_one_line(tmp_path):
     result = launch(tmp_path, "chair_mscoco.sh", env=_inputs(tmp_path))
     assert result.returncode == 2
     flash = [line for line in errors(result) if "flash-attn" in line]
-    assert len(flash) == 1 and "pip install flash-attn --no-build-isolation" in flash[0]
+    assert len(flash) == 1 and "pip install flash-attn==2.8.3 --no-build-isolation" in flash[0]
     assert "Traceback" not in result.stderr

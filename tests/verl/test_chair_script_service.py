@@ -129,8 +129,14 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
         json.dumps({"1": ["dog"]}),
         f'exec "{sys.executable}" "{trainer}" "{truth}" "{record}" "$@"',
     )
+    run_dir = tmp_path / "run"
     result = subprocess.run(
-        ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *NO_VLLM_NO_FLASH],
+        [
+            "bash",
+            str(repo_root / "examples" / "chair_mscoco.sh"),
+            *NO_VLLM_NO_FLASH,
+            f"trainer.default_local_dir={run_dir}",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -146,6 +152,11 @@ def test_killed_service_is_restarted_on_its_url_and_stopped_with_the_script(
     assert "Traceback" not in result.stderr
     assert gone(second)  # the script's exit stopped the supervisor, which stopped the service
     assert list((tmp_path / "tmp").iterdir()) == []  # its work folder is removed
+    # the service's log is kept in the run's folder: both services' start, the supervisor's line
+    log = (run_dir / "chair_server.log").read_text()
+    assert f"log: {run_dir / 'chair_server.log'})" in result.stdout
+    assert log.startswith("== ") and "-m chair_server" in log.splitlines()[0]
+    assert log.count("CHAIR server listening") == 2, log
 
 
 def test_a_service_that_does_not_come_up_stops_the_run_unless_optional(repo_root, tmp_path) -> None:
@@ -154,11 +165,18 @@ def test_a_service_that_does_not_come_up_stops_the_run_unless_optional(repo_root
     record = tmp_path / "trainer_ran"
     env, _ = gpu_node(tmp_path, "not json", f'echo "$@" > "{record}"; exit 0')  # cannot start
     env["CHAIR_TIMEOUT"] = "5"
-    script = ["bash", str(repo_root / "examples" / "chair_mscoco.sh"), *NO_VLLM_NO_FLASH]
+    run_dir = tmp_path / "run"
+    script = [
+        "bash",
+        str(repo_root / "examples" / "chair_mscoco.sh"),
+        *NO_VLLM_NO_FLASH,
+        f"trainer.default_local_dir={run_dir}",
+    ]
     run = subprocess.run(script, capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 2
     assert "error: the CHAIR service did not come up within 5s" in run.stderr
     assert "CHAIR_OPTIONAL=1 trains without it" in run.stderr
+    assert "-m chair_server" in (run_dir / "chair_server.log").read_text()  # kept to read
     assert not record.exists()
     optional = subprocess.run(
         script, capture_output=True, text=True, env={**env, "CHAIR_OPTIONAL": "1"}, timeout=300

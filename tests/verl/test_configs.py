@@ -229,3 +229,104 @@ def test_validate_config_raises_when_called_from_python(compose):
         validate_config(config, use_reference_policy=True, use_critic=False)
     (problem,) = refusal.value.problems
     assert problem.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 does not")
+
+
+# -- the caption recipe's start-up and memory settings -------------------------------------------
+
+
+def verl_vllm_cli_args(args: dict) -> list[str]:
+    """verl's own `build_cli_args_from_config` (vllm_rollout/utils.py), read from its source:
+    the module imports vLLM, which a CPU machine does not have; the function itself needs only
+    `json` for these values (and vLLM's engine arguments for a False flag, absent here)."""
+    import ast
+    import json
+
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl.workers.rollout")  # its vllm_rollout imports vLLM
+    folder = Path(next(iter(spec.submodule_search_locations))) / "vllm_rollout"
+    source = (folder / "utils.py").read_text()
+    tree = ast.parse(source)
+    (function,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "build_cli_args_from_config"
+    ]
+    namespace = {"json": json, "Any": object}
+    exec(compile(ast.Module([function], []), "verl_utils", "exec"), namespace)
+    assert not any(value is False for value in args.values())
+    return namespace["build_cli_args_from_config"](args)
+
+
+def test_vllm_gets_one_image_no_video_and_the_runs_context(compose):
+    """What verl's vLLM server hands `vllm serve` for the recipe (`launch_server`: the rollout
+    config's `max_model_len` and its `engine_kwargs.vllm`, dicts as JSON)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = compose("chair_mscoco")
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    engine = {k: v for k, v in (rollout.engine_kwargs.get("vllm") or {}).items() if v is not None}
+    args = verl_vllm_cli_args({"max_model_len": rollout.max_model_len, **engine})
+    assert args == [
+        "--max_model_len",
+        "1280",
+        "--limit_mm_per_prompt",
+        '{"image": 1, "video": 0}',
+    ]
+    assert rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
+
+
+def test_validation_runs_in_bounded_batches_and_verl_does_not_filter(compose):
+    cfg = compose("chair_mscoco")
+    assert cfg.data.val_batch_size == cfg.data.train_batch_size == 512  # n=1: 512 captions
+    assert cfg.data.filter_overlong_prompts is False  # the preflight proves the bound
+    for name in ("chair_mscoco", "egpo_function_calling", "egpo_ratio_mixed"):
+        assert list(compose(name).trainer.logger) == ["console", "file"]
+
+
+def test_a_training_set_smaller_than_a_step_is_refused(compose, tmp_path):
+    from entropyrl.files import write_parquet
+    from entropyrl.verl.validation import data_problems
+
+    data = tmp_path / "train.parquet"
+    write_parquet([{"prompt": [{"role": "user", "content": "hi"}]}] * 3, data)
+    cfg = compose("chair_mscoco", [f"data.train_files={data}", "data.train_batch_size=4"])
+    assert data_problems(cfg) == [
+        f"data.train_files hold 3 row(s) ({data}), fewer than data.train_batch_size=4: no "
+        "training step would run; prepare more data or lower data.train_batch_size"
+    ]
+    cfg = compose("chair_mscoco", [f"data.train_files={data}", "data.train_batch_size=3"])
+    assert data_problems(cfg) == []
+    (tmp_path / "empty.parquet").write_bytes(b"")  # not parquet: verl's own error
+    assert (
+        data_problems(compose("chair_mscoco", [f"data.train_files={tmp_path}/empty.parquet"])) == []
+    )
+
+
+def test_a_run_with_no_step_fails_instead_of_saying_nothing_is_left(compose):
+    """verl sets total_training_steps to len(dataset) // train_batch_size: a training set the
+    filter emptied gives 0 steps, which the trainer refuses in a line naming the filter."""
+    import types
+
+    cfg = compose("chair_mscoco", ["data.filter_overlong_prompts=true"])
+    trainer = types.SimpleNamespace(
+        config=cfg, global_steps=0, total_training_steps=0, train_dataset=[]
+    )
+    with pytest.raises(RuntimeError) as error:
+        EntropyPPOTrainer.fit(trainer, agent_loop_manager=None)
+    assert str(error.value).startswith(
+        "no training step: the training set holds 0 row(s) after verl's dataset read"
+    )
+    assert "fewer than data.train_batch_size=512 (data.filter_overlong_prompts=true" in str(
+        error.value
+    )
+
+
+def test_the_metrics_file_defaults_to_the_checkpoint_folder(compose):
+    from entropyrl.verl.trainer import default_metrics_path
+
+    cfg = compose("chair_mscoco", ["trainer.default_local_dir=/runs/a"])
+    assert default_metrics_path(cfg, {}) == "/runs/a/metrics.jsonl"
+    assert default_metrics_path(cfg, {"VERL_FILE_LOGGER_PATH": "/elsewhere.jsonl"}) is None
+    console = compose("chair_mscoco", ["trainer.logger=[console]"])
+    assert default_metrics_path(console, {}) is None

@@ -111,3 +111,83 @@ def test_gpu_findings_say_what_the_process_sees(compose, monkeypatch):
     )
     (enough,) = preflight.gpu_findings(config, visible=8)
     assert enough.ok
+
+
+# -- the CUDA stack: the driver against torch's build, and the image libraries -------------------
+
+
+def fake_nvidia_smi(tmp_path: Path, monkeypatch, driver: str) -> None:
+    """`nvidia-smi` answering the driver query as a node with `driver` does."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "nvidia-smi"
+    tool.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *driver_version*) echo "' + driver + '" ;; *) echo "NVIDIA H100" ;; esac\n'
+    )
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
+
+
+def test_a_driver_too_old_for_torchs_cuda_is_refused_with_the_fix():
+    (old,) = preflight.driver_findings("550.54.15", "2.11.0", "13.0")
+    assert not old.ok and old.blocking
+    assert old.line == (
+        "NVIDIA driver 550.54.15, torch 2.11.0 built for CUDA 13.0: CUDA 13 needs driver "
+        "580.65.6 or newer (the R580 series); with this driver torch sees no GPU: upgrade the "
+        "driver (PyPI's torch 2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
+    )
+    assert preflight.driver_findings("580.65.06", "2.11.0", "13.0")[0].ok
+    assert preflight.driver_findings("550.54.15", "2.11.0", "12.8")[0].ok
+    assert not preflight.driver_findings("520.61.05", "2.11.0", "12.8")[0].ok
+    assert preflight.driver_findings(None, "2.11.0", "13.0") == []  # no driver: nothing to judge
+
+
+def test_the_driver_is_read_from_nvidia_smi(tmp_path, monkeypatch):
+    """The real query path with a stand-in `nvidia-smi`; this machine's torch is a CPU build,
+    which a node with a driver must not keep."""
+    fake_nvidia_smi(tmp_path, monkeypatch, "550.54.15")
+    assert preflight.nvidia_driver() == "550.54.15"
+    version, cuda = preflight.torch_build()
+    assert cuda is None  # the CPU wheel
+    (finding,) = preflight.driver_findings(preflight.nvidia_driver(), version, cuda)
+    assert finding.line == (
+        f"torch {version} is a CPU build on a node with NVIDIA driver 550.54.15: pip install -e "
+        "'.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)"
+    )
+
+
+def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_utils(
+    compose, tmp_path, monkeypatch
+):
+    import importlib.util
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    cfg = compose("chair_mscoco", [f"actor_rollout_ref.model.path={model}"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("torchvision", "qwen_vl_utils") else real(name, *a),
+    )
+    lines = [f.line for f in preflight.vision_stack_findings(cfg) if not f.ok]
+    assert lines == [
+        "torchvision: not installed, and verl's dataset and agent loop read qwen2_5_vl's images "
+        "through qwen_vl_utils: pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch "
+        "2.11)",
+        "qwen_vl_utils: not installed, and verl's dataset and agent loop read qwen2_5_vl's "
+        "images through qwen_vl_utils: pip install qwen-vl-utils",
+    ]
+    pillow = compose(
+        "chair_mscoco",
+        [
+            f"actor_rollout_ref.model.path={model}",
+            "data.custom_cls.path=pkg://entropyrl.verl.dataset",
+            "data.custom_cls.name=PillowRLHFDataset",
+        ],
+    )
+    assert preflight.vision_stack_findings(pillow) == []  # the CPU smoke's dataset needs neither
+    text = compose("egpo_function_calling")
+    assert preflight.vision_stack_findings(text) == []

@@ -94,14 +94,12 @@ NOT_CHANGED_BY_DEFAULT = {
     "function-calling": {
         "trainer.save_freq",
         "data.custom_cls",
-        "data.filter_overlong_prompts",
         "reward.custom_reward_function.reward_kwargs.cider_df",
         "reward.custom_reward_function.reward_kwargs.chair_url",
     },
     "mixed": {
         "trainer.save_freq",
         "data.custom_cls",
-        "data.filter_overlong_prompts",
         "reward.custom_reward_function.reward_kwargs.cider_df",
         "reward.custom_reward_function.reward_kwargs.chair_url",
     },
