@@ -239,9 +239,8 @@ def verl_vllm_cli_args(args: dict) -> list[str]:
     the module imports vLLM, which a CPU machine does not have; the function itself needs only
     `json` for these values (and vLLM's engine arguments for a False flag, absent here)."""
     import ast
-    import json
-
     import importlib.util
+    import json
 
     spec = importlib.util.find_spec("verl.workers.rollout")  # its vllm_rollout imports vLLM
     folder = Path(next(iter(spec.submodule_search_locations))) / "vllm_rollout"
