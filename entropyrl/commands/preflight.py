@@ -566,6 +566,42 @@ def prompt_findings(config: Any) -> list[Finding]:
     return findings
 
 
+def budget_lines(config: Any) -> list[str]:
+    """The run's budget (`entropyrl.verl.budget`) from what is here: the data files' row
+    counts, the image sizes prepare coco recorded, the model's config; empty without data."""
+    from entropyrl.verl import budget
+
+    files = {}
+    for key in ("data.train_files", "data.val_files"):
+        value = _select(config, key)
+        files[key] = [value] if isinstance(value, str) else list(value or [])
+    train_rows = budget.parquet_rows(files["data.train_files"])
+    val_rows = budget.parquet_rows(files["data.val_files"])
+    if train_rows is None or val_rows is None:
+        return ["not computed: the data files are not here yet"]
+    folder = model_folder(str(_select(config, "actor_rollout_ref.model.path", "")))
+    sizes = grid = None
+    temporal = 2
+    parameters = None
+    if folder is not None:
+        if (folder / "preprocessor_config.json").is_file() or (
+            folder / "processor_config.json"
+        ).is_file():
+            from entropyrl.data.prompt_length import VisionGrid
+
+            grid = VisionGrid.from_model(folder)
+            temporal = budget.temporal_patch_size(folder)
+            data = Path(str(files["data.train_files"][0])).resolve().parent
+            sizes = budget.sizes_from_manifest(data)
+        if model_type(str(folder)) is not None:  # a real config.json, not a stand-in
+            try:
+                parameters = budget.parameter_count(folder)
+            except Exception:  # a model transformers cannot build here: no disk figure
+                parameters = None
+    plan = budget.budget(config, train_rows, val_rows, sizes, grid, temporal, parameters)
+    return budget.describe(plan)
+
+
 def _in_hub_cache(model: str) -> bool:
     try:
         from huggingface_hub import snapshot_download
@@ -682,6 +718,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"# dry-run: batch {line}")
         for finding in prompt_findings(config):
             _say(f"# dry-run: {finding.line}")
+        for line in budget_lines(config):
+            _say(f"# dry-run: budget: {line}")
     if args.mode == "gpu":
         # No GPU at all is the launch script's own first check (and a dry run's note).
         gpus = gpu_findings(config) if visible_gpus() > 0 else []
