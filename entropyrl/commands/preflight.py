@@ -474,96 +474,15 @@ def input_findings(config: Any) -> list[Finding]:
     return findings
 
 
-def model_folder(model: str) -> Path | None:
-    """The model's local folder: the path itself, or its snapshot in the Hugging Face cache."""
-    if Path(model).is_dir():
-        return Path(model)
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(model, local_files_only=True))
-    except Exception:
-        return None
-
-
 def prompt_findings(config: Any) -> list[Finding]:
-    """With verl's length filter off, prove every prompt fits `data.max_prompt_length`.
+    """`entropyrl.verl.prompt_bound`'s verdicts: with verl's length filter off, every prompt fits
+    `data.max_prompt_length`, and `rollout.max_model_len` holds a prompt and a response."""
+    from entropyrl.verl.prompt_bound import prompt_bound
 
-    For an image model, from the image sizes and prompts `entropyrl prepare coco` records in
-    each data folder's `manifest.json` (`entropyrl.data.prompt_length`: verl's own count,
-    tested); and `rollout.max_model_len`, when set, holds a prompt and a response. Nothing to
-    prove where the inputs are not there yet (the launch script names them next)."""
-    import json
-
-    findings = []
-    limit = int(_select(config, "data.max_prompt_length", 1024))
-    response = int(_select(config, "data.max_response_length", 0))
-    context = _select(config, "actor_rollout_ref.rollout.max_model_len")
-    if context is not None and int(context) < limit + response:
-        findings.append(
-            Finding(
-                "config",
-                False,
-                f"actor_rollout_ref.rollout.max_model_len={context} is shorter than a prompt and "
-                f"its response (data.max_prompt_length + data.max_response_length = "
-                f"{limit + response}): set it to {limit + response}",
-            )
-        )
-    if _select(config, "data.filter_overlong_prompts", True):
-        return findings
-    folder = model_folder(str(_select(config, "actor_rollout_ref.model.path", "")))
-    if folder is None or not (
-        (folder / "preprocessor_config.json").is_file()
-        or (folder / "processor_config.json").is_file()
-    ):
-        return findings  # no model here yet, or a text model: no images to bound
-    files = []
-    for key in ("data.train_files", "data.val_files"):
-        value = _select(config, key)
-        files += [value] if isinstance(value, str) else list(value or [])
-    if not files or not all(Path(str(f)).is_file() for f in files):
-        return findings
-    prompts, sizes = [], set()
-    for data in sorted({Path(str(f)).resolve().parent for f in files}):
-        manifest = data / "manifest.json"
-        try:
-            recorded = json.loads(manifest.read_text())
-            for counts in recorded["image_sizes"].values():
-                sizes |= {tuple(int(v) for v in key.split("x")) for key in counts}
-            prompts += recorded["prompts"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            findings.append(
-                Finding(
-                    "inputs",
-                    False,
-                    f"data.filter_overlong_prompts=false, and {manifest} records no image sizes "
-                    "to prove every prompt fits data.max_prompt_length: prepare the data again "
-                    "with entropyrl prepare coco (it records them), or set "
-                    "data.filter_overlong_prompts=true (verl then opens every image before the "
-                    "first step)",
-                )
-            )
-            return findings
-    from entropyrl.data.prompt_length import longest_prompt
-
-    patch = _select(config, "data.image_patch_size")
-    longest, size = longest_prompt(folder, prompts, sizes, int(patch) if patch else None)
-    where = f"the largest image {size[0]}x{size[1]}" if size else "no image"
-    findings.append(
-        Finding(
-            "inputs",
-            longest <= limit,
-            f"prompts: at most {longest} tokens ({where}, {len(sizes)} image sizes recorded) "
-            + (
-                f"<= data.max_prompt_length={limit}"
-                if longest <= limit
-                else f"> data.max_prompt_length={limit}: raise it to {longest} (and "
-                "actor_rollout_ref.rollout.max_model_len with it), or set "
-                "data.filter_overlong_prompts=true to drop the longer rows"
-            ),
-        )
-    )
-    return findings
+    return [
+        Finding("config" if "max_model_len" in line else "inputs", ok, line)
+        for ok, line in prompt_bound(config)
+    ]
 
 
 def budget_lines(config: Any) -> list[str]:
@@ -579,6 +498,8 @@ def budget_lines(config: Any) -> list[str]:
     val_rows = budget.parquet_rows(files["data.val_files"])
     if train_rows is None or val_rows is None:
         return ["not computed: the data files are not here yet"]
+    from entropyrl.verl.prompt_bound import model_folder
+
     folder = model_folder(str(_select(config, "actor_rollout_ref.model.path", "")))
     sizes = grid = None
     temporal = 2

@@ -12,7 +12,7 @@ the workers, the rollout and the log-prob passes have run:
 - a training set with fewer rows than one step's prompts (verl would train nothing, exit 0);
 - with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
-  its response (`entropyrl.commands.preflight.prompt_findings`);
+  its response (`entropyrl.verl.prompt_bound`);
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
   continue (`entropyrl.verl.checkpoints`); a run whose checkpoint is already at its last step
   says there is nothing left to do and exits 0.
@@ -62,9 +62,9 @@ def config_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
     problems += data_problems(config)
-    from entropyrl.commands.preflight import prompt_findings
+    from entropyrl.verl.prompt_bound import prompt_bound
 
-    problems += [finding.line for finding in prompt_findings(config) if not finding.ok]
+    problems += [line for ok, line in prompt_bound(config) if not ok]
     return problems
 
 

@@ -22,6 +22,8 @@ CONFIG_NAMES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling"
 OUR_PREFIXES = (
     *(f"algorithm.{spec.SECTION}." for spec in SPEC_CLASSES),
     "reward.custom_reward_function.reward_kwargs.",
+    # verl passes this dict on to `vllm serve` as it is (vllm_async_server.launch_server)
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.",
 )
 
 
