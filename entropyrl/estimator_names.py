@@ -12,3 +12,5 @@ VERL_ESTIMATORS: tuple[str, ...] = tuple(name for name in ESTIMATOR_NAMES if nam
 # Those that read per-token entropy: without it a sample keeps its plain GRPO advantage and is
 # counted in `egpo/entropy/missing`.
 ENTROPY_ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv")
+# The policy losses the plugin registers with verl (`entropyrl.verl.loss`).
+VERL_POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)

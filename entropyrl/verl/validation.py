@@ -5,6 +5,8 @@ The plugin wraps that function (imported by `main_ppo` after `import verl` has l
 plugin) so that two kinds of mistakes stop the run at once instead of after Ray, TransferQueue,
 the workers, the rollout and the log-prob passes have run:
 
+- an advantage estimator or policy loss verl does not know (e.g. `egpo-ratio`), with the
+  registered ones;
 - an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
 - a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
@@ -28,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from entropyrl.specs import SpecError, algorithm_specs
@@ -53,7 +56,7 @@ def config_problems(
     """Every reason this config cannot train, one line each (empty when it can)."""
     from entropyrl.verl.geometry import geometry_problems
 
-    problems = []
+    problems = registry_problems(config)
     try:
         check_algorithm(config)
     except SpecError as error:
@@ -65,6 +68,77 @@ def config_problems(
     from entropyrl.verl.prompt_bound import prompt_bound
 
     problems += [line for ok, line in prompt_bound(config) if not ok]
+    return problems
+
+
+def registered_names() -> tuple[set[str], set[str]] | None:
+    """(advantage estimators, policy losses) verl will know in this environment.
+
+    After `import verl` (main_ppo's driver, every plugin loaded): verl's own registries. Before
+    it (the launch's preflight, which does not import verl): the names verl 0.9.1 registers in
+    `core_algos` (its `register_adv_est` / `register_policy_loss` decorators and the
+    `AdvantageEstimator` enum, read from its source) and the plugin's. None when a verl plugin
+    other than ours is installed: its names are known only by importing it."""
+    import ast
+    import importlib.metadata
+    import importlib.util
+
+    core = sys.modules.get("verl.trainer.ppo.core_algos")
+    if core is not None:
+        return set(core.ADV_ESTIMATOR_REGISTRY), set(core.POLICY_LOSS_REGISTRY)
+    from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+
+    plugins = {entry.name for entry in importlib.metadata.entry_points(group="verl.plugins")}
+    spec = importlib.util.find_spec("verl")
+    if plugins - {"entropyrl"} or spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(next(iter(spec.submodule_search_locations))) / "trainer/ppo/core_algos.py"
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError):
+        return None
+    enum: dict[str, str] = {}
+    estimators, losses = set(VERL_ESTIMATORS), set(VERL_POLICY_LOSSES)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "AdvantageEstimator":
+            for item in node.body:
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
+                    enum[item.targets[0].id] = item.value.value  # type: ignore[attr-defined]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            arg = node.args[0]
+            name = (
+                arg.value
+                if isinstance(arg, ast.Constant)
+                else enum.get(arg.attr)
+                if isinstance(arg, ast.Attribute)
+                else None
+            )
+            if node.func.id == "register_adv_est" and name:
+                estimators.add(name)
+            if node.func.id == "register_policy_loss" and name:
+                losses.add(name)
+    return estimators, losses
+
+
+def registry_problems(config: Any) -> list[str]:
+    """An advantage estimator or policy loss verl does not know: verl would fail only at the
+    first step's advantages or the first update, after Ray, the rollout and the log-prob
+    passes."""
+    from omegaconf import OmegaConf
+
+    names = registered_names()
+    if names is None:
+        return []
+    problems = []
+    for key, known in (
+        ("algorithm.adv_estimator", names[0]),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", names[1]),
+    ):
+        value = OmegaConf.select(config, key, default=None)
+        if value is not None and str(value) not in known:
+            problems.append(
+                f"{key}={value} is not registered with verl; known: " + ", ".join(sorted(known))
+            )
     return problems
 
 

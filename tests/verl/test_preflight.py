@@ -191,3 +191,51 @@ def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_util
     assert preflight.vision_stack_findings(pillow) == []  # the CPU smoke's dataset needs neither
     text = compose("egpo_function_calling")
     assert preflight.vision_stack_findings(text) == []
+
+
+# -- names verl does not know ---------------------------------------------------------------------
+
+
+def test_the_names_read_before_verl_loads_are_its_registries():
+    """The preflight does not import verl: it reads verl's registrations from its source. In a
+    fresh process (no verl) that reading must give exactly the registries `import verl` fills
+    (with the plugin's names)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from entropyrl.verl.validation import registered_names\n"
+        "estimators, losses = registered_names()\n"
+        "assert 'verl' not in sys.modules\n"
+        "print(json.dumps([sorted(estimators), sorted(losses)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    read = json.loads(result.stdout)
+    from verl.trainer.ppo import core_algos
+
+    import entropyrl.verl.plugin  # noqa: F401  (the plugin's registrations)
+
+    assert read == [
+        sorted(core_algos.ADV_ESTIMATOR_REGISTRY),
+        sorted(core_algos.POLICY_LOSS_REGISTRY),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("algorithm.adv_estimator=egpo-ratio", "algorithm.adv_estimator=egpo-ratio is not"),
+        (
+            "actor_rollout_ref.actor.policy_loss.loss_mode=per-sample-clip",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=per-sample-clip is not",
+        ),
+    ],
+)
+def test_a_name_verl_does_not_know_is_refused_before_anything_starts(override, expected, capsys):
+    code = preflight.main(["chair_mscoco", "--mode", "smoke", "--dry-run", "--", override])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2
+    assert len(errors) == 1 and errors[0].startswith(f"error: {expected} registered with verl")
+    assert "egpo_ratio" in errors[0] or "per_sample_clip" in errors[0]  # the known ones listed
