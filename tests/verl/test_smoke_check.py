@@ -17,6 +17,7 @@ check said in docs/smoke.md.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,21 +231,28 @@ def test_a_run_without_probe_rows_cannot_be_judged(caption):
 
 @CAPTION
 def test_a_loss_that_read_another_samples_bound(caption):
-    """Two micro-batch rows of step 1 with different bounds swap them: each sample reached the
-    loss, each with a bound the schedule can give, but not its own."""
+    """Two micro-batch rows with different bounds swap them: each sample reached the loss, each
+    with a bound the schedule can give, but not its own. (The run holds both bounds: the check
+    fails a run that does not.)"""
     bad = caption.copy()
-    step = [row for row in bad.workers if row["step"] == 1]
-    low = next(row for row in step if row["clip_high"] == pytest.approx(0.3))
-    high = next(row for row in step if row["clip_high"] == pytest.approx(0.5))
+    low = next(row for row in bad.workers if row["clip_high"] == pytest.approx(0.3))
+    high = next(row for row in bad.workers if row["clip_high"] == pytest.approx(0.5))
     low["clip_high"], high["clip_high"] = high["clip_high"], low["clip_high"]
     line = one(bad.trace_problems(), "reached the loss with another clip_high")
-    assert line.startswith("step 1, rank 0:")
+    assert line.startswith(f"step {min(low['step'], high['step'])}, rank 0:") or line.startswith(
+        f"step {max(low['step'], high['step'])}, rank 0:"
+    )
 
 
 @CAPTION
 def test_a_loss_that_read_another_samples_advantages(caption):
     bad = caption.copy()
-    rows = [row for row in bad.workers if row["step"] == 2]
+    step = next(  # a step whose samples' advantages differ (the check fails a run with none)
+        s
+        for s in sorted({r["step"] for r in bad.workers})
+        if len({json.dumps(r["advantages"]) for r in bad.workers if r["step"] == s}) > 1
+    )
+    rows = [row for row in bad.workers if row["step"] == step]
     moved = [row["advantages"] for row in rows]
     for row, values in zip(rows, moved[1:] + moved[:1]):  # shifted by one row
         row["advantages"] = values
