@@ -14,3 +14,5 @@ VERL_ESTIMATORS: tuple[str, ...] = tuple(name for name in ESTIMATOR_NAMES if nam
 ENTROPY_ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv")
 # The policy losses the plugin registers with verl (`entropyrl.verl.loss`).
 VERL_POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
+# `trainer.v1.trainer_mode` of the entropy-aware trainer (`entropyrl.verl.trainer`).
+VERL_TRAINER_MODE = "entropyrl"

@@ -490,12 +490,9 @@ def budget_lines(config: Any) -> list[str]:
     counts, the image sizes prepare coco recorded, the model's config; empty without data."""
     from entropyrl.verl import budget
 
-    files = {}
-    for key in ("data.train_files", "data.val_files"):
-        value = _select(config, key)
-        files[key] = [value] if isinstance(value, str) else list(value or [])
-    train_rows = budget.parquet_rows(files["data.train_files"])
-    val_rows = budget.parquet_rows(files["data.val_files"])
+    train_files = budget.data_files(config, "data.train_files")
+    train_rows = budget.parquet_rows(train_files)
+    val_rows = budget.parquet_rows(budget.data_files(config, "data.val_files"))
     if train_rows is None or val_rows is None:
         return ["not computed: the data files are not here yet"]
     from entropyrl.verl.prompt_bound import model_folder
@@ -512,7 +509,7 @@ def budget_lines(config: Any) -> list[str]:
 
             grid = VisionGrid.from_model(folder)
             temporal = budget.temporal_patch_size(folder)
-            data = Path(str(files["data.train_files"][0])).resolve().parent
+            data = Path(train_files[0]).resolve().parent
             sizes = budget.sizes_from_manifest(data)
         if model_type(str(folder)) is not None:  # a real config.json, not a stand-in
             try:

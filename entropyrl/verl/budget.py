@@ -221,7 +221,17 @@ def sizes_from_manifest(data_dir: Path) -> dict[str, dict[tuple[int, int], int]]
         return None
 
 
+def data_files(config: Any, key: str) -> list[str]:
+    """`data.train_files` / `data.val_files` as a list (verl takes one path or several)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=None)
+    return [str(value)] if isinstance(value, str) else [str(f) for f in value or []]
+
+
 def parquet_rows(files: Iterable[Any]) -> int | None:
+    """Rows of the parquet files from their metadata (no row read); None when one is missing
+    or not parquet."""
     try:
         import pyarrow.parquet as pq
 

@@ -60,10 +60,9 @@ def prompt_bound(config: Any) -> list[tuple[bool, str]]:
         or (folder / "processor_config.json").is_file()
     ):
         return findings  # no model here yet, or a text model: no images to bound
-    files = []
-    for key in ("data.train_files", "data.val_files"):
-        value = _select(config, key)
-        files += [value] if isinstance(value, str) else list(value or [])
+    from entropyrl.verl.budget import data_files
+
+    files = data_files(config, "data.train_files") + data_files(config, "data.val_files")
     if not files or not all(Path(str(f)).is_file() for f in files):
         return findings
     prompts, sizes = [], set()

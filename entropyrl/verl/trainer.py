@@ -39,7 +39,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.entropy import think_tag_ids
-from entropyrl.estimator_names import VERL_ESTIMATORS
+from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import checkpoints, trace
 from entropyrl.verl.hooks import (
@@ -55,7 +55,7 @@ from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
 
-TRAINER_MODE = "entropyrl"
+TRAINER_MODE = VERL_TRAINER_MODE
 # Where to write the fully resolved config this run trains with (a reproducibility record).
 RESOLVED_CONFIG_ENV = "ENTROPYRL_RESOLVED_CONFIG"
 _TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")

@@ -2,17 +2,17 @@
 
 `python -m verl.trainer.main_ppo` calls `verl.utils.config.validate_config` before `ray.init`.
 The plugin wraps that function (imported by `main_ppo` after `import verl` has loaded the
-plugin) so that two kinds of mistakes stop the run at once instead of after Ray, TransferQueue,
+plugin) so that these mistakes stop the run at once instead of after Ray, TransferQueue,
 the workers, the rollout and the log-prob passes have run:
 
-- an advantage estimator or policy loss verl does not know (e.g. `egpo-ratio`), with the
-  registered ones;
 - an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
 - a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
   that does not divide a rank's share of the mini-batch on this layout;
-- a training set with fewer rows than one step's prompts (verl would train nothing, exit 0);
-- with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
+- with the entropy-aware trainer only (`trainer.v1.trainer_mode=entropyrl`; a run that uses none
+  of the plugin's parts keeps verl's behaviour): an advantage estimator or policy loss verl does
+  not know (e.g. `egpo-ratio`), with the registered ones; a training set with fewer rows than
+  one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
   its response (`entropyrl.verl.prompt_bound`);
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
@@ -56,7 +56,7 @@ def config_problems(
     """Every reason this config cannot train, one line each (empty when it can)."""
     from entropyrl.verl.geometry import geometry_problems
 
-    problems = registry_problems(config)
+    problems = []
     try:
         check_algorithm(config)
     except SpecError as error:
@@ -64,11 +64,23 @@ def config_problems(
     problems += geometry_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
-    problems += data_problems(config)
+    if not uses_our_trainer(config):  # verl's own runs: only what verl itself would refuse
+        return problems
     from entropyrl.verl.prompt_bound import prompt_bound
 
-    problems += [line for ok, line in prompt_bound(config) if not ok]
-    return problems
+    problems = registry_problems(config) + problems + data_problems(config)
+    return problems + [line for ok, line in prompt_bound(config) if not ok]
+
+
+def uses_our_trainer(config: Any) -> bool:
+    """Whether the run trains with the entropy-aware trainer (`trainer.v1.trainer_mode`): the
+    checks below change what verl would do (a refusal where verl runs on or exits 0), so a run
+    that uses none of the plugin's parts does not get them."""
+    from omegaconf import OmegaConf
+
+    from entropyrl.estimator_names import VERL_TRAINER_MODE
+
+    return OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) == VERL_TRAINER_MODE
 
 
 def registered_names() -> tuple[set[str], set[str]] | None:
@@ -148,18 +160,14 @@ def data_problems(config: Any) -> list[str]:
     or not parquet are left to verl's own error."""
     from omegaconf import OmegaConf
 
-    files = OmegaConf.select(config, "data.train_files", default=None)
-    files = [files] if isinstance(files, str) else list(files or [])
+    from entropyrl.verl.budget import data_files, parquet_rows
+
+    files = data_files(config, "data.train_files")
     batch = OmegaConf.select(config, "data.train_batch_size", default=None)
     if not files or batch is None:
         return []
-    try:
-        import pyarrow.parquet as pq
-
-        rows = sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)
-    except Exception:  # missing, empty or not parquet: verl says so itself
-        return []
-    if rows >= int(batch):
+    rows = parquet_rows(files)  # None: missing, empty or not parquet, which verl says itself
+    if rows is None or rows >= int(batch):
         return []
     return [
         f"data.train_files hold {rows} row(s) ({', '.join(map(str, files))}), fewer than "

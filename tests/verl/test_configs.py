@@ -331,3 +331,26 @@ def test_the_metrics_file_defaults_to_the_checkpoint_folder(compose):
     assert default_metrics_path(cfg, {"VERL_FILE_LOGGER_PATH": "/elsewhere.jsonl"}) is None
     console = compose("chair_mscoco", ["trainer.logger=[console]"])
     assert default_metrics_path(console, {}) is None
+
+
+def test_a_run_of_verls_own_trainer_keeps_verls_behaviour(compose, tmp_path):
+    """The refusals that change what verl would do (an estimator verl does not know yet, a
+    training set smaller than a step, the prompt bound) apply to the entropy-aware trainer's
+    runs only: the plugin loads into every verl process."""
+    from entropyrl.files import write_parquet
+    from entropyrl.verl.validation import config_problems
+
+    data = tmp_path / "train.parquet"
+    write_parquet([{"prompt": [{"role": "user", "content": "hi"}]}] * 3, data)
+    odd = [
+        f"data.train_files={data}",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "trainer.n_gpus_per_node=1",
+        "algorithm.adv_estimator=registered_later",
+        "actor_rollout_ref.rollout.max_model_len=100",
+    ]
+    ours = config_problems(compose("chair_mscoco", odd), use_reference_policy=True)
+    assert len(ours) == 3  # the estimator, the rows, the context
+    verls = compose("chair_mscoco", [*odd, "trainer.v1.trainer_mode=sync"])
+    assert config_problems(verls, use_reference_policy=True) == []
