@@ -14,6 +14,8 @@ Sections:
 - `entropy_adv`: token-level entropy shaping (`advantages.entropy_shaped_token_advantage`).
 - `maxent`: the MaxEnt-GRPO sequence-level target (`maxent.maxent_advantage`).
 - `ppo`: the clipped surrogate's constants (local runner; verl takes them from the actor config).
+- `lost_samples`: how many rollout samples a verl step may lose before the run stops
+  (`entropyrl.verl.lost_samples`; the local runner loses none).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "EgpoBonusSpec",
     "EgpoRatioSpec",
     "EntropySpec",
+    "LostSamplesSpec",
     "MaxEntSpec",
     "PpoClipSpec",
     "SpecError",
@@ -293,6 +296,27 @@ class PpoClipSpec(Spec):
         _check(self.clip_c > 1, "clip_c", f"must be > 1, got {self.clip_c}")
 
 
+@dataclass(frozen=True)
+class LostSamplesSpec(Spec):
+    """How many samples a step may lose to failed sessions (a reward call that raised, a failed
+    generation) and still train on the rest; more stop the run. A refused CHAIR token, or a
+    batch that received nothing, stops it whatever this says."""
+
+    SECTION: ClassVar[str] = "lost_samples"
+
+    max_fraction: float = _help(
+        0.01,
+        "share of a batch's samples (prompts x rollout.n) that may be lost before the run stops",
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            _finite(self.max_fraction) and 0 <= self.max_fraction <= 1,
+            "max_fraction",
+            f"must be in [0, 1], got {self.max_fraction}",
+        )
+
+
 SPEC_CLASSES: tuple[type[Spec], ...] = (
     ClipScheduleSpec,
     EntropySpec,
@@ -300,6 +324,7 @@ SPEC_CLASSES: tuple[type[Spec], ...] = (
     EgpoRatioSpec,
     TokenShapingSpec,
     MaxEntSpec,
+    LostSamplesSpec,
 )
 
 # Keys of earlier releases, still read for one release with a warning naming the new key.
@@ -324,6 +349,7 @@ class AlgorithmSpecs:
     egpo_ratio: EgpoRatioSpec = field(default_factory=EgpoRatioSpec)
     entropy_adv: TokenShapingSpec = field(default_factory=TokenShapingSpec)
     maxent: MaxEntSpec = field(default_factory=MaxEntSpec)
+    lost_samples: LostSamplesSpec = field(default_factory=LostSamplesSpec)
 
 
 def _plain(value: Any) -> Any:

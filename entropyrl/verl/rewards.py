@@ -11,6 +11,9 @@ local runner calls the same scorers.
   caption.
 - `function_calling_score`: `FunctionCallingScorer`, the strict binary function-calling reward.
 
+A call that raises is reported to the trainer before verl sees it fail its session
+(`entropyrl.verl.reward_failures`), so the step that loses the sample says why.
+
 Both return a dict with `score` plus extra keys; verl stores the extras as reward extra info
 (`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`; `acc`), where the
 entropy-aware trainer reads each sample's CHAIR_i.
@@ -25,6 +28,7 @@ from typing import Any
 
 from entropyrl.rewards.caption import CAPTION_FIELDS, caption_ground_truth
 from entropyrl.rewards.scorer import Score, Scorer, score_one
+from entropyrl.verl.reward_failures import reported
 
 __all__ = [
     "CHAIR_TOKEN_ENV",
@@ -181,6 +185,7 @@ def caption_batcher(
     return batcher
 
 
+@reported
 async def caption_score(
     data_source: str,
     solution_str: str,
@@ -231,6 +236,7 @@ async def caption_score(
     return scored.as_dict(CAPTION_FIELDS)
 
 
+@reported
 def function_calling_score(
     data_source: str,
     solution_str: str,

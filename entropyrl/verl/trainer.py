@@ -12,6 +12,12 @@ estimator call stay verl's):
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
 `per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged.
 
+Around the replay buffer: every batch it hands over, training and validation, is counted against
+what was asked for (`entropyrl.verl.lost_samples`): samples lost to failed sessions are logged
+(`rollout/lost_samples`) with the causes the reward workers reported
+(`entropyrl.verl.reward_failures`), and past `algorithm.lost_samples.max_fraction`, on a refused
+CHAIR token, or when nothing arrived, the run stops with one line saying why.
+
 Around verl's checkpoints and validation:
 - every checkpoint gets the run's settings beside it (`entropyrl.verl.checkpoints`), which the
   plugin compares before Ray starts so that `resume_mode: auto` continues only the same run; a
@@ -25,9 +31,11 @@ Around verl's checkpoints and validation:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,7 +49,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from entropyrl.entropy import think_tag_ids
 from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import checkpoints, trace
+from entropyrl.verl import checkpoints, reward_failures, trace
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
     chair_from_extra_fields,
@@ -52,6 +60,7 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.lost_samples import LostSamplesError, account, sessions_received
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
 
@@ -224,6 +233,62 @@ class EntropyPPOTrainer(PPOTrainerSync):
         if self._think_ids is None:
             self._think_ids = think_tag_ids(self.tokenizer)
         return self._think_ids
+
+    # -- samples asked for and received -------------------------------------------------------
+
+    def _build_replay_buffer(self) -> Any:
+        buffer = super()._build_replay_buffer()
+        sample = buffer.sample
+
+        @functools.wraps(sample)
+        def counted_sample(global_steps: int, partition_id: str, batch_size: int) -> tuple:
+            batch, metrics = sample(
+                global_steps=global_steps, partition_id=partition_id, batch_size=batch_size
+            )
+            extra = self._count_samples(batch, global_steps, partition_id, batch_size)
+            return batch, {**metrics, **extra}
+
+        buffer.sample = counted_sample
+        return buffer
+
+    def _reported_failures(self) -> list[tuple[reward_failures.Failure, int]]:
+        """The failures the reward workers reported since the last batch was counted."""
+        held = self.__dict__.setdefault("_failures", [])
+        held.extend(reward_failures.drain())
+        return held
+
+    def _count_samples(
+        self, batch: Any, global_steps: int, partition_id: str, batch_size: int
+    ) -> dict[str, float]:
+        """Judge a batch the replay buffer handed over (`entropyrl.verl.lost_samples.account`):
+        stop the run with its line, or print the losses and return the step's metrics."""
+        rollout = self.config.actor_rollout_ref.rollout
+        validating = partition_id == "val"
+        per_prompt = int(rollout.val_kwargs.n if validating else rollout.n)
+        verdict = account(
+            where=f"validation at step {global_steps}" if validating else f"step {global_steps}",
+            expected=int(batch_size) * per_prompt,
+            received=sessions_received(batch.keys),
+            failures=self._reported_failures(),
+            max_fraction=self.specs.lost_samples.max_fraction,
+        )
+        self._failures = []
+        if verdict.stop:
+            print(f"entropyrl: {verdict.stop}", file=sys.stderr, flush=True)
+            raise LostSamplesError(verdict.stop)
+        if verdict.warning:
+            print(f"entropyrl: warning: {verdict.warning}", file=sys.stderr, flush=True)
+        return {} if validating else verdict.metrics
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        # verl refills failed groups here when asked to (sync_refill_failed_groups): a refused
+        # token would fail every refill, so it stops the run before the next one
+        refused = [f for f, _ in self._reported_failures() if f.kind == reward_failures.AUTH]
+        if refused:
+            message = f"step {self.global_steps}: the reward stopped the run: {refused[0].line()}"
+            print(f"entropyrl: {message}", file=sys.stderr, flush=True)
+            raise LostSamplesError(message)
+        return super()._add_prompts_to_generate(num_prompts)
 
     def on_init_end(self) -> None:
         super().on_init_end()
