@@ -123,6 +123,7 @@ LONG_GROUPS = (
     "lora_caption_entropy_adv",
     "fallbacks",
     "mixed",
+    "wrong_token",
     "tests/evaluation/test_eval_caption.py",
 )
 

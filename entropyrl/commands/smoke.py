@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -199,13 +200,30 @@ def run_trainer(command: Sequence[str], out: Path, *, poll_s: float = 1.0) -> in
             signal.signal(sig, handler)
     code = process.returncode
     if code != 0:
-        tail = log.read_text(errors="replace").splitlines()[-40:]
-        print("\n".join(tail), file=sys.stderr)
+        lines = log.read_text(errors="replace").splitlines()
+        print("\n".join(lines[-40:]), file=sys.stderr)
+        for stop in stop_lines(lines):  # after the workers' late tracebacks: last on screen
+            print(f"smoke: {stop}", file=sys.stderr)
         print(
             f"smoke: the trainer exited with status {code} (its whole output: {log})",
             file=sys.stderr,
         )
     return code
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+(?:, ip=[^)]*)?\)\s*")
+
+
+def stop_lines(lines: Sequence[str]) -> list[str]:
+    """The lines in which the trainer said why it stopped the run (`entropyrl: ...`, printed by
+    the process that raised, prefixed by Ray with its name), without Ray's prefix or colours."""
+    stops = []
+    for line in lines:
+        text = _RAY_PREFIX.sub("", _ANSI.sub("", line))
+        if text.startswith("entropyrl: ") and not text.startswith("entropyrl: warning:"):
+            stops.append(text)
+    return stops
 
 
 # -- command line ----------------------------------------------------------------------------

@@ -101,6 +101,9 @@ def step_line(row: dict[str, Any]) -> str:
         value = row["data"].get(name)
         if _finite(value):
             parts.append(f"{short}={float(value):.4g}")
+    lost = row["data"].get("rollout/lost_samples")
+    if _finite(lost) and lost:
+        parts.append(f"lost={lost:g}")
     for name, value in sorted(row["data"].items()):
         kind = name.split("/")
         shown = kind[0] == "val-core" or (kind[0] == "val-aux" and "chair_i" in kind)
@@ -709,6 +712,43 @@ def check_trace(
     return problems
 
 
+def check_sample_counts(
+    rows: Sequence[dict[str, Any]], trace_rows: list[dict[str, Any]], config: Any
+) -> list[str]:
+    """Every sample a step asked for (train_batch_size x rollout.n) reached its advantages or
+    was counted lost (`rollout/lost_samples`, entropyrl.verl.lost_samples): none went missing
+    in silence, none counted lost arrived."""
+    get = _getter(config)
+    asked = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n"))
+    counts = {row["step"]: row["data"] for row in rows if is_training_row(row)}
+    problems = []
+    for step, _run, group in _steps_of([r for r in trace_rows if not r.get("padding")]):
+        data = counts.get(step, {})
+        lost, expected = data.get("rollout/lost_samples"), data.get("rollout/expected_samples")
+        if not (_finite(lost) and _finite(expected)):
+            problems.append(
+                f"step {step}: no count of its samples (rollout/lost_samples, "
+                "rollout/expected_samples): the trainer did not count what it was handed"
+            )
+            continue
+        if expected != asked:
+            problems.append(
+                f"step {step}: rollout/expected_samples is {expected:g}, the config asks for "
+                f"{asked} (data.train_batch_size x actor_rollout_ref.rollout.n)"
+            )
+        if len(group) + lost != asked:
+            problems.append(
+                f"step {step}: {len(group)} samples reached the advantages and {lost:g} were "
+                f"counted lost, of {asked} asked for: "
+                + (
+                    f"{asked - len(group) - lost:g} lost in silence"
+                    if len(group) + lost < asked
+                    else "samples counted lost arrived"
+                )
+            )
+    return problems
+
+
 def check_run(settings: Any, out: Path) -> int:
     """Check the run in `out`; print the steps and the verdict. 0 when it is good."""
     from omegaconf import OmegaConf
@@ -736,6 +776,7 @@ def check_run(settings: Any, out: Path) -> int:
     )
     if ours:
         folder = out / "trace"
+        problems += check_sample_counts(rows, read_trace(folder, "driver"), config)
         problems += check_trace(
             read_trace(folder, "driver"),
             config,

@@ -189,6 +189,9 @@ def smoke_runs(tmp_path_factory, smoke_cache):
             empty = out.parent / "fallbacks-empty-coco"
             empty.mkdir(exist_ok=True)
             env.update(CHAIR_OPTIONAL="1", CHAIR_COCO=str(empty), CHAIR_TIMEOUT="30")
+            flag = Path(f"{out}.flag")  # made by the call that raises
+            flag.unlink(missing_ok=True)
+            args = (*args, f"+reward.custom_reward_function.reward_kwargs.planted_flag={flag}")
         return run_smoke(script, out, smoke_cache, *args, env=env)
 
     def get(name: str) -> SmokeRun:
@@ -212,9 +215,17 @@ LORA_TEXT = (
     "actor_rollout_ref.model.target_modules=all-linear",
     "actor_rollout_ref.actor.optim.lr=1e-5",
 )
-# The fall-backs: no entropy (rollout-correction bypass: verl computes none) and the CHAIR
-# service never up (CHAIR_OPTIONAL=1 over an empty COCO folder).
-FALLBACK_ARGS = ("algorithm.adv_estimator=egpo", "algorithm.rollout_correction.bypass_mode=true")
+# The fall-backs: no entropy (rollout-correction bypass: verl computes none), the CHAIR service
+# never up (CHAIR_OPTIONAL=1 over an empty COCO folder), and one reward call that raises (the
+# first training call gets a malformed ground truth: tests/verl/planted/failing_reward.py) in a
+# run whose limit lets a step lose 2 of its 20 samples.
+FAILING_REWARD = REPO / "tests" / "verl" / "planted" / "failing_reward.py"
+FALLBACK_ARGS = (
+    "algorithm.adv_estimator=egpo",
+    "algorithm.rollout_correction.bypass_mode=true",
+    f"reward.custom_reward_function.path={FAILING_REWARD}",
+    "algorithm.lost_samples.max_fraction=0.1",
+)
 
 # name -> (script, arguments after --smoke --out DIR, extra environment). Each run is evidence for
 # more than one thing where that costs nothing: the LoRA caption run takes another estimator than

@@ -67,3 +67,36 @@ def test_reward_path_reports_the_outage_and_recovers(tmp_path, caplog) -> None:
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"CHAIR service at {url} stopped answering")
     assert lines[1].startswith(f"CHAIR service at {url} answers again")
+
+
+@pytest.mark.xdist_group("wrong_token")
+def test_a_token_the_service_refuses_stops_the_run_with_one_line(
+    smoke_script, smoke_cache, tmp_path, monkeypatch
+) -> None:
+    """The reward workers hold a token the CHAIR service refuses (a node whose `ray start` had
+    another CHAIR_SERVER_TOKEN): the caption smoke stops at its first validation, non-zero, with
+    the line that names the token on the driver's stderr, instead of training without CHAIR or
+    dying later in TransferQueue without the cause."""
+    launch = pytest.importorskip("chair_server.launch")
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({"1": ["dog"]}))
+    monkeypatch.setenv("CHAIR_SERVER_TOKEN", "the-service-token")
+    server = launch.start_server(ground_truth=truth, restart=False)
+    try:
+        run = smoke_script(
+            "chair_mscoco.sh",
+            tmp_path / "out",
+            smoke_cache,
+            f"reward.custom_reward_function.reward_kwargs.chair_url={server.url}",
+            env={"CHAIR_SERVER_TOKEN": "a-token-of-another-node"},
+        )
+    finally:
+        server.stop()
+    assert run.returncode != 0, run.tail()
+    line = (
+        "entropyrl: validation at step 0: the reward stopped the run: ChairAuthError: the CHAIR "
+        f"service at {server.url} refused this client's token (HTTP 401): set CHAIR_SERVER_TOKEN "
+        "to the service's token where the reward runs (on every node, before `ray start`) (node "
+    )
+    assert line in run.stderr, run.tail()
+    assert "smoke check passed" not in run.stdout

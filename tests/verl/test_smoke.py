@@ -404,11 +404,43 @@ def test_the_fallbacks_in_a_real_run(smoke_runs):
     rows = training_rows(out)
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
+        # verl pads a step that lost a sample back to whole mini-batches: the estimator's count
+        # of rows without entropy takes the padding in, the CHAIR count only real rows
+        lost = row["data"]["rollout/lost_samples"]
         assert row["data"]["egpo/entropy/missing"] == samples
-        assert row["data"]["chair/fallback_samples"] == samples
+        assert row["data"]["chair/fallback_samples"] == samples - lost
         assert row["data"]["clip/bound_min"] == row["data"]["clip/bound_max"] == pytest.approx(0.3)
     driver = [r for r in trace.read(out / "trace", "driver") if not r["padding"]]
     assert all(r["entropy"] is None and r["chair_i"] is None for r in driver)
+
+
+@pytest.mark.xdist_group("fallbacks")
+def test_a_reward_call_that_raises_is_counted_named_and_within_the_limit_trained_past(smoke_runs):
+    """The first training reward call raises (a malformed ground truth, as a broken data row
+    gives: tests/verl/planted/failing_reward.py); verl fails that session. The step counts the
+    sample lost, names the cause the reward reported, and, 1 of 20 being within the run's limit
+    (algorithm.lost_samples.max_fraction=0.1), trains on the 19 that arrived."""
+    out = smoke_runs("fallbacks").out
+    settings = smoke.default_settings("caption")
+    samples = settings.prompts_per_step * settings.rollouts_per_prompt
+    counts = [
+        {name: row["data"][name] for name in ("rollout/lost_samples", "rollout/reward_failures")}
+        for row in training_rows(out)
+    ]
+    assert counts == [
+        {"rollout/lost_samples": 1, "rollout/reward_failures": 1},
+        {"rollout/lost_samples": 0, "rollout/reward_failures": 0},
+    ]
+    assert all(row["data"]["rollout/expected_samples"] == samples for row in training_rows(out))
+    warning = (
+        f"entropyrl: warning: step 1: 1 of {samples} samples lost, going on with the "
+        f"{samples - 1} that arrived (algorithm.lost_samples.max_fraction=0.1 allows 2); reward "
+        "calls failed: 1x ValueError: ground_truth is not JSON"
+    )
+    assert warning in (out / "run.log").read_text()
+    driver = [r for r in trace.read(out / "trace", "driver") if not r["padding"]]
+    assert len([r for r in driver if r["step"] == 1]) == samples - 1
+    assert len([r for r in driver if r["step"] == 2]) == samples
 
 
 # -- bad setups get one line, not a traceback -----------------------------------------------------

@@ -7,7 +7,8 @@ on the first step only, and where some samples lacked entropy), a constant bound
 the wrong direction or the wrong rule, a rollout that kept its initial weights (full
 fine-tuning and LoRA adapters), a reward that lost its CIDEr-D part or gained a CHAIR penalty
 the config does not ask for, a loss that read another sample's bound or advantages or never got
-a sample, a validation row taken for a training step, a step missing from the
+a sample, a sample lost without being counted, a validation row taken for a training step, a
+step missing from the
 trace; and runs the check cannot judge: groups whose rewards were all equal, CHAIR_i that never
 crossed the threshold. The same faults planted in the code of a real run (through a
 `sitecustomize` on PYTHONPATH, so every process of the run has them) are listed with what the
@@ -28,6 +29,7 @@ from omegaconf import OmegaConf
 from entropyrl.commands.smoke_check import (
     LOSS_MODES,
     check_metrics,
+    check_sample_counts,
     check_trace,
     clip_rule,
     grpo_reference,
@@ -267,6 +269,31 @@ def test_a_sample_that_never_reached_the_loss(caption):
     one(bad.trace_problems(), f"step {lost[0]}: 1 of 20 samples never reached the actor's loss")
     bad.workers = []
     one(bad.trace_problems(), "could not judge what reached the loss")
+
+
+@CAPTION
+def test_a_sample_lost_in_silence(caption):
+    """A session verl dropped (its reward raised) while the step's count says nothing was lost;
+    and the other way round, a count of losses where every sample arrived; and no count."""
+    assert check_sample_counts(caption.metrics, caption.driver, caption.config) == []
+    bad = caption.copy()
+    gone = next(row for row in bad.driver if row["step"] == 1 and not row["padding"])
+    bad.driver.remove(gone)
+    one(
+        check_sample_counts(bad.metrics, bad.driver, bad.config),
+        "step 1: 19 samples reached the advantages and 0 were counted lost, of 20 asked for: "
+        "1 lost in silence",
+    )
+    bad = caption.copy()
+    row = next(r for r in bad.metrics if r["step"] == 2 and "rollout/lost_samples" in r["data"])
+    row["data"]["rollout/lost_samples"] = 1
+    one(
+        check_sample_counts(bad.metrics, bad.driver, bad.config),
+        "step 2: 20 samples reached the advantages and 1 were counted lost, of 20 asked for: "
+        "samples counted lost arrived",
+    )
+    del row["data"]["rollout/lost_samples"]
+    one(check_sample_counts(bad.metrics, bad.driver, bad.config), "step 2: no count of its samples")
 
 
 @CAPTION
