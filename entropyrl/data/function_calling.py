@@ -577,6 +577,13 @@ def prepare_function_calling(
         else:
             path.unlink(missing_ok=True)  # never leave a stale split from an earlier run
     rejects_file = rejects.write(out_dir / "rejects.jsonl")
+    warnings = []
+    if len(train) + len(test) < len(examples):
+        warnings.append(
+            f"sampled: kept {len(train) + len(test)} of {len(examples)} valid examples "
+            f"(--max-samples {max_samples}, those with the smallest hash salted with seed {seed}); "
+            "--max-samples 0 keeps them all"
+        )
     return {
         "format": fmt,
         "input": str(input_path),
@@ -588,4 +595,5 @@ def prepare_function_calling(
         "outputs": outputs,
         "rejects_file": str(rejects_file) if rejects_file else None,
         "first_rejects": rejects.first(20),
+        "warnings": warnings,
     }

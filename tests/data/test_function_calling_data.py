@@ -55,6 +55,7 @@ def test_xlam(xlam_file, tmp_path):
     summary = prepare_function_calling(xlam_file, out, fmt="xlam", max_samples=0, test_size=0.1)
     assert summary["rows_read"] == 35 and summary["rows_valid"] == 30
     assert summary["rows_rejected"] == 5 and (summary["train"], summary["test"]) == (27, 3)
+    assert summary["warnings"] == []  # all kept: nothing to say
     reasons = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert [r["line"] for r in reasons] == [11, 12, 13, 14, 35]
     text = " | ".join(r["reason"] for r in reasons)
@@ -361,3 +362,32 @@ def test_bfcl_category(name, entry_id, category):
     from entropyrl.data.function_calling import bfcl_category
 
     assert bfcl_category(name, entry_id) == category
+
+
+def test_a_sample_says_so(xlam_file, tmp_path, capsys):
+    """`prepare fc` keeps --max-samples examples (the seed experiment's 1000 by default) and says,
+    on stderr, how many of how many it kept and how to keep all."""
+    from entropyrl.cli import main
+
+    assert (
+        main(
+            [
+                "prepare",
+                "fc",
+                "--format",
+                "xlam",
+                "--input",
+                str(xlam_file),
+                "--out",
+                str(tmp_path / "o"),
+                "--max-samples",
+                "10",
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert (
+        "warning: sampled: kept 10 of 30 valid examples (--max-samples 10, those with the "
+        "smallest hash salted with seed 42); --max-samples 0 keeps them all"
+    ) in err
