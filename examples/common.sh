@@ -164,12 +164,18 @@ er_run() {
 # Run the training command ER_CMD: as it is on GPUs; in a smoke with verl's output in the run's
 # log and a line per step on the terminal (entropyrl.commands.smoke run). A dry run prints it.
 er_train() {
+  local status=0
   if er_dry_run; then
     er_print_cmd "${ER_CMD[@]}"
   elif er_smoke; then
-    "$ER_PYTHON" -m entropyrl.commands.smoke run "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" -- "${ER_CMD[@]}"
+    "$ER_PYTHON" -m entropyrl.commands.smoke run "$ER_SMOKE_TASK" --out "$ER_SMOKE_OUT" -- "${ER_CMD[@]}" || status=$?
   else
-    "${ER_CMD[@]}"
+    "${ER_CMD[@]}" || status=$?
+  fi
+  if [ "$status" != 0 ]; then
+    # a run stopped by a signal (Ctrl-C, a kill) says nothing about the plugin
+    [ "$status" -ge 128 ] || er_diagnose_plugin
+    exit "$status"
   fi
 }
 
@@ -317,8 +323,17 @@ EOF
 # verl and our plugin importable and registered in a fresh process (one import of verl).
 er_require_plugin() {
   local problem
-  if ! problem="$("$ER_PYTHON" -m entropyrl doctor --discovery 2>/dev/null)"; then
+  if ! problem="$("$ER_PYTHON" -m entropyrl doctor --discovery --quick 2>/dev/null)"; then
     er_fail "the entropyrl verl plugin does not load: ${problem:-entropyrl doctor failed} (run: $ER_PYTHON -m entropyrl doctor)"
+  fi
+}
+
+# After a failed run (not one stopped by a signal): whether verl loaded the plugin at all (a fresh `import verl`, some 10
+# CPU-seconds, so asked only now), in one line on stderr when it did not.
+er_diagnose_plugin() {
+  local problem
+  if ! problem="$("$ER_PYTHON" -m entropyrl doctor --discovery 2>/dev/null)"; then
+    echo "error: the entropyrl verl plugin does not load: ${problem:-entropyrl doctor failed} (run: $ER_PYTHON -m entropyrl doctor)" >&2
   fi
 }
 

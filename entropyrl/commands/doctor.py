@@ -29,7 +29,7 @@ import re
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "entropyrl"
@@ -206,14 +206,35 @@ def run_recipe(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def discovery_problem(timeout: float = 300.0) -> str | None:
+def plugin_policy_problem(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Whether `VERL_USE_EXTERNAL_PLUGINS` lets verl load ours (verl/__init__.py: "auto" all,
+    "none" none, else a comma-separated list of entry-point names)."""
+    policy = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    if policy == "auto":
+        return None
+    names = {name.strip() for name in policy.split(",") if name.strip()}
+    if policy != "none" and ENTRY_POINT_NAME in names:
+        return None
+    return (
+        f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps verl from loading the entropyrl plugin "
+        f"(unset it, or add {ENTRY_POINT_NAME} to the list)"
+    )
+
+
+def discovery_problem(timeout: float = 300.0, *, fresh_import: bool = True) -> str | None:
     """What keeps verl from loading the plugin in a fresh `import verl` (one line), or None.
-    One interpreter, one import of verl: the launch scripts ask this before every run."""
+
+    Without `fresh_import` only what can be read without importing verl (the entry point, verl's
+    plugin policy): the launch scripts ask that before every run (an import of verl costs some
+    10 CPU-seconds) and the full check when a run fails."""
     if not entry_point_declared():
         return (
             f"the entry point {ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME} is not declared "
             "(reinstall entropyrl: pip install -e .)"
         )
+    policy = plugin_policy_problem()
+    if policy or not fresh_import:
+        return policy
     try:
         report = fresh_process_report(timeout=timeout)
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as error:
@@ -239,8 +260,13 @@ def run(args: argparse.Namespace) -> int:
     if args.recipe:
         return run_recipe(args)
     if args.discovery:
-        problem = discovery_problem(timeout=args.timeout)
-        print(problem or "verl loads the entropyrl plugin and its registrations in a fresh process")
+        problem = discovery_problem(timeout=args.timeout, fresh_import=not args.quick)
+        fine = (
+            "verl's entry points declare the entropyrl plugin and its policy loads it"
+            if args.quick
+            else "verl loads the entropyrl plugin and its registrations in a fresh process"
+        )
+        print(problem or fine)
         return 1 if problem else 0
     if args.overrides:
         print("error: overrides belong to --recipe (entropyrl doctor --recipe NAME OVERRIDES)")
@@ -348,6 +374,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="only the last check: does a fresh `import verl` load the plugin and register "
         "everything (one line; what the launch scripts ask before a run)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --discovery: only what needs no import of verl (the entry point and "
+        "VERL_USE_EXTERNAL_PLUGINS); the launch scripts ask this before a run, the full check "
+        "when a run fails",
     )
     parser.add_argument(
         "--recipe",

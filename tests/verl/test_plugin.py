@@ -93,3 +93,37 @@ def test_doctor_module_imports_light():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("policy", "loads"),
+    [
+        ("auto", True),
+        (" AUTO ", True),
+        ("none", False),
+        ("other", False),
+        ("other,entropyrl", True),
+    ],
+)
+def test_the_plugin_policy_is_read_as_verl_reads_it(policy, loads):
+    # verl/__init__.py: "auto" loads every entry point, "none" none, else the listed names
+    problem = doctor.plugin_policy_problem({"VERL_USE_EXTERNAL_PLUGINS": policy})
+    assert (problem is None) == loads
+    if not loads:
+        assert "keeps verl from loading the entropyrl plugin" in problem
+
+
+def test_the_quick_check_before_a_launch_imports_no_verl(monkeypatch):
+    """What the launch scripts ask before every run: the entry point and the policy, without the
+    ~10 CPU-seconds of a fresh `import verl` (asked when a run fails)."""
+
+    def no_import(timeout=300.0):
+        raise AssertionError("the quick check started a fresh import of verl")
+
+    monkeypatch.setattr(doctor, "fresh_process_report", no_import)
+    monkeypatch.delenv("VERL_USE_EXTERNAL_PLUGINS", raising=False)
+    assert doctor.discovery_problem(fresh_import=False) is None
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    assert "VERL_USE_EXTERNAL_PLUGINS=none" in doctor.discovery_problem(fresh_import=False)
+    monkeypatch.setattr(doctor, "entry_point_declared", lambda: False)
+    assert "is not declared" in doctor.discovery_problem(fresh_import=False)
