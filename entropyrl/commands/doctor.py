@@ -206,9 +206,11 @@ def run_recipe(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def plugin_policy_problem(environ: Mapping[str, str] = os.environ) -> str | None:
-    """Whether `VERL_USE_EXTERNAL_PLUGINS` lets verl load ours (verl/__init__.py: "auto" all,
-    "none" none, else a comma-separated list of entry-point names)."""
+def plugin_policy_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Whether `VERL_USE_EXTERNAL_PLUGINS` (of `environ`, default this process's environment)
+    lets verl load ours (verl/__init__.py: "auto" all, "none" none, else a comma-separated list
+    of entry-point names)."""
+    environ = os.environ if environ is None else environ
     policy = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
     if policy == "auto":
         return None
