@@ -136,11 +136,12 @@ def write_resolved_config(config: Any, path: Path) -> None:
     os.replace(partial, path)
 
 
-def default_metrics_path(config: Any, environ: Mapping[str, str] = os.environ) -> str | None:
+def default_metrics_path(config: Any, environ: Mapping[str, str] | None = None) -> str | None:
     """Where verl's file logger should write when the run does not say (`VERL_FILE_LOGGER_PATH`
     unset): `metrics.jsonl` in the checkpoint folder, the run's own folder, shared between nodes
     and kept through a crash (verl's default is `./<project>/<experiment>.jsonl` in whatever
     folder the trainer's process started in). None when the file logger is off or placed."""
+    environ = os.environ if environ is None else environ  # at call time: `datasets` rebinds it
     loggers = config.trainer.get("logger") or []
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
     if "file" not in loggers or environ.get("VERL_FILE_LOGGER_PATH"):
