@@ -2,8 +2,10 @@
 
 `python -m verl.trainer.main_ppo` calls `verl.utils.config.validate_config` before `ray.init`.
 The plugin wraps that function (imported by `main_ppo` after `import verl` has loaded the
-plugin) so that these mistakes stop the run at once instead of after Ray, TransferQueue,
-the workers, the rollout and the log-prob passes have run:
+plugin) so that, in a run that uses the plugin (`uses_entropyrl`: the entropy-aware trainer,
+one of our estimators or our loss; any other run gets verl's validation alone), these mistakes
+stop the run at once instead of after Ray, TransferQueue, the workers, the rollout and the
+log-prob passes have run:
 
 - an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
@@ -70,6 +72,26 @@ def config_problems(
 
     problems = registry_problems(config) + problems + data_problems(config)
     return problems + [line for ok, line in prompt_bound(config) if not ok]
+
+
+def uses_entropyrl(config: Any) -> bool:
+    """Whether the run uses a part of the plugin verl would not have without it: the
+    entropy-aware trainer, one of our advantage estimators or our policy loss. The plugin loads
+    into every verl process of the environment; a run that uses none of these is validated
+    exactly as verl alone validates it."""
+    from omegaconf import OmegaConf
+
+    from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+
+    def value(key: str) -> str | None:
+        found = OmegaConf.select(config, key, default=None)
+        return None if found is None else str(found)
+
+    return (
+        uses_our_trainer(config)
+        or value("algorithm.adv_estimator") in VERL_ESTIMATORS
+        or value("actor_rollout_ref.actor.policy_loss.loss_mode") in VERL_POLICY_LOSSES
+    )
 
 
 def uses_our_trainer(config: Any) -> bool:
@@ -224,12 +246,13 @@ def install() -> None:
     def validate_config(
         config: Any, use_reference_policy: bool = False, use_critic: bool = False, **kwargs: Any
     ) -> Any:
-        refuse(
-            config_problems(
-                config, use_reference_policy=use_reference_policy, use_critic=use_critic
+        if uses_entropyrl(config):  # any other run: verl's own validation, nothing else
+            refuse(
+                config_problems(
+                    config, use_reference_policy=use_reference_policy, use_critic=use_critic
+                )
             )
-        )
-        check_resume(config)
+            check_resume(config)
         return original(
             config, use_reference_policy=use_reference_policy, use_critic=use_critic, **kwargs
         )
