@@ -57,6 +57,7 @@ print(json.dumps({{
     "ours": (
         sys.modules[{PLUGIN_MODULE!r}].registrations() if {PLUGIN_MODULE!r} in sys.modules else None
     ),
+    "entropyrl_modules": sorted(m for m in sys.modules if m.split(".")[0] == "entropyrl"),
 }}))
 """
 

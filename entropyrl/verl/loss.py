@@ -24,9 +24,9 @@ from verl.trainer.ppo.core_algos import (
 
 from entropyrl.losses import ppo_clip_loss
 from entropyrl.specs import PpoClipSpec
-from entropyrl.verl import trace
 from entropyrl.verl.inputs import clip_high_for_loss, current_clip_high
 from entropyrl.verl.rank_metrics import global_batch_metrics
+from entropyrl.verl.recorder import recorder
 from entropyrl.verl.tensors import padded
 
 LOSS_NAME = "per_sample_clip"
@@ -146,14 +146,15 @@ class PerSampleClipPPOLoss:
                 f"the batch carries a per-sample {self.field!r} but "
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}; set it to {LOSS_NAME!r}"
             )
-        if trace.trace_dir() is not None:
-            self._trace(data, clip_high)
+        trace = recorder()
+        if trace is not None:
+            self._trace(trace, data, clip_high)
         with clip_high_for_loss(clip_high):
             loss, metrics = ppo_loss(config, model_output, data, dp_group)
         # Clip fractions as shares of the whole mini-batch, not means of the ranks' means.
         return loss, global_batch_metrics(metrics, data)
 
-    def _trace(self, data: Any, clip_high: torch.Tensor | None) -> None:
+    def _trace(self, trace: Any, data: Any, clip_high: torch.Tensor | None) -> None:
         """Record what this micro-batch's loss sees per sample (see `entropyrl.verl.trace`)."""
         rows = trace.worker_rows(data, clip_high)
         rank = rows[0]["rank"] if rows else 0

@@ -5,9 +5,12 @@ Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing 
 - advantage estimators `egpo`, `egpo_ratio`, `entropy_adv`, `maxent_grpo`;
 - the policy loss `per_sample_clip`;
 - the trainer `trainer.v1.trainer_mode=entropyrl`;
-- the rollout `actor_rollout_ref.rollout.name=hf` (transformers `generate`, for CPU runs);
-- the platform `cpu` (selected with `VERL_PLATFORM=cpu`); when it is selected, the CPU backend
-  fixes of `entropyrl.verl.cpu.backend` are installed too.
+- and the config checks of runs that use one of these (`entropyrl.verl.validation`).
+Only in a process that selects the CPU platform (`VERL_PLATFORM=cpu`, as the smoke and the CPU
+runs do) it also loads the CPU wing (`entropyrl.verl.cpu`): the platform `cpu`, its backend
+fixes and the rollout `actor_rollout_ref.rollout.name=hf`. A GPU run's processes import none of
+it, nor the smoke's per-sample recorder (`entropyrl.verl.trace`, loaded when
+`ENTROPYRL_TRACE_DIR` asks for it).
 verl logs plugin import errors at DEBUG level only, so `check_registrations()` verifies the
 registries and `entropyrl doctor` reports them.
 """
@@ -17,13 +20,15 @@ from __future__ import annotations
 import importlib
 import sys
 
-# The platform first: verl's FSDP engine module asks for it on import, and the trainer imports it.
-from entropyrl.verl.cpu import platform as cpu_platform
-
-# isort: split
+from entropyrl.estimator_names import CPU_PLATFORM, HF_ROLLOUT, cpu_selected
 from entropyrl.estimator_names import VERL_ESTIMATORS as ESTIMATORS
 from entropyrl.verl import validation
-from entropyrl.verl.cpu import backend as cpu_backend
+
+CPU_RUN = cpu_selected()
+if CPU_RUN:
+    # The platform before the registering modules: verl's FSDP engine module asks for it on
+    # import, and the trainer imports it.
+    from entropyrl.verl.cpu import platform as cpu_platform  # noqa: F401
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still
@@ -31,17 +36,19 @@ from entropyrl.verl.cpu import backend as cpu_backend
 # nothing, so it is never half-imported).
 POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
 TRAINERS: tuple[str, ...] = ("entropyrl",)
-ROLLOUTS: tuple[str, ...] = ("hf",)
-PLATFORMS: tuple[str, ...] = (cpu_platform.PLATFORM_NAME,)
+ROLLOUTS: tuple[str, ...] = (HF_ROLLOUT,) if CPU_RUN else ()
+PLATFORMS: tuple[str, ...] = (CPU_PLATFORM,) if CPU_RUN else ()
 _MODULES = {
     "advantage_estimators": "entropyrl.verl.estimators",
     "policy_losses": "entropyrl.verl.loss",
     "trainers": "entropyrl.verl.trainer",
 }
 
-if cpu_platform.cpu_selected():
+if CPU_RUN:
+    from entropyrl.verl.cpu import backend as cpu_backend
+
     cpu_backend.install()
-cpu_backend.register_hf_rollout()
+    cpu_backend.register_hf_rollout()
 validation.install()
 
 

@@ -49,7 +49,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from entropyrl.entropy import think_tag_ids
 from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import checkpoints, reward_failures, trace
+from entropyrl.verl import checkpoints, reward_failures
 from entropyrl.verl.hooks import (
     build_advantage_inputs,
     chair_from_extra_fields,
@@ -61,6 +61,7 @@ from entropyrl.verl.hooks import (
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
 from entropyrl.verl.lost_samples import LostSamplesError, account, sessions_received
+from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
 
@@ -312,7 +313,8 @@ class EntropyPPOTrainer(PPOTrainerSync):
         algorithm = self.config.algorithm
         wants_entropy = algorithm.adv_estimator in VERL_ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable
-        tracing = trace.trace_dir() is not None
+        trace = recorder()  # the smoke's per-sample rows, when the run asks for them
+        tracing = trace is not None
         # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
         caption = self.config.reward.custom_reward_function.get("name") == CAPTION_REWARD_NAME
         if not wants_entropy and not wants_clip and not tracing and not caption:
@@ -346,7 +348,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         metrics.update(chair_status_metrics(extra_fields, valid))
         metrics.update(reward_part_metrics(extra_fields, valid))
         if tracing:
-            self._trace(batch, tensors, clip_high, chair_i, valid, extra_fields)
+            self._trace(trace, batch, tensors, clip_high, chair_i, valid, extra_fields)
         if clip_high is not None:
             batch = tq.kv_batch_put(
                 keys=batch.keys,
@@ -357,6 +359,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     def _trace(
         self,
+        trace: Any,
         batch: Any,
         tensors: dict[str, torch.Tensor | None],
         clip_high: torch.Tensor | None,

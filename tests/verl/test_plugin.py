@@ -16,22 +16,60 @@ OURS = {
     "advantage_estimators": {"egpo", "egpo_ratio", "entropy_adv", "maxent_grpo"},
     "policy_losses": {"per_sample_clip"},
     "trainers": {"entropyrl"},
-    "rollouts": {"hf"},
-    "platforms": {"cpu"},
 }
+# registered only in a process that selects the CPU platform (VERL_PLATFORM=cpu)
+CPU_WING = {"rollouts": {"hf"}, "platforms": {"cpu"}}
+# what a GPU run's processes must not import: the CPU wing, the smoke's recorder and the rest of
+# the test rig, the commands, the local runner
+RIG = (
+    "entropyrl.verl.cpu",
+    "entropyrl.verl.trace",
+    "entropyrl.verl.dataset",
+    "entropyrl.commands",
+    "entropyrl.local",
+    "entropyrl.models.tiny",
+    "entropyrl.data",
+    "entropyrl.evaluation",
+)
 
 
-def probe(policy: str | None) -> dict:
+def probe(policy: str | None, platform: str | None = None) -> dict:
     env = dict(os.environ)
-    env.pop("VERL_USE_EXTERNAL_PLUGINS", None)
+    for name in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_PLATFORM", "ENTROPYRL_TRACE_DIR"):
+        env.pop(name, None)
     if policy is not None:
         env["VERL_USE_EXTERNAL_PLUGINS"] = policy
+    if platform is not None:
+        env["VERL_PLATFORM"] = platform
     return doctor.fresh_process_report(env=env)
 
 
 @pytest.fixture(scope="module")
 def auto_report() -> dict:
     return probe(None)
+
+
+@pytest.fixture(scope="module")
+def cpu_report() -> dict:
+    return probe(None, "cpu")
+
+
+def in_rig(module: str) -> bool:
+    return any(module == rig or module.startswith(rig + ".") for rig in RIG)
+
+
+def test_a_gpu_process_imports_the_product_only(auto_report, cpu_report):
+    """`import verl` without the CPU selection loads the estimators, the loss, the trainer, the
+    reward entry points and the config checks, nothing of the rig; a CPU run loads the wing."""
+    assert [m for m in auto_report["entropyrl_modules"] if in_rig(m)] == []
+    assert "entropyrl.verl.trainer" in auto_report["entropyrl_modules"]
+    assert {"entropyrl.verl.cpu.platform", "entropyrl.verl.cpu.backend"} <= set(
+        cpu_report["entropyrl_modules"]
+    )
+    for kind, names in CPU_WING.items():
+        assert not names & set(auto_report[kind]), kind
+        assert names <= set(cpu_report[kind]), kind
+        assert all(cpu_report["ours"][kind].values())
 
 
 @pytest.fixture(scope="module")

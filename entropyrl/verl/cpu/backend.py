@@ -37,6 +37,7 @@ import types
 import warnings
 from typing import Any
 
+from entropyrl.estimator_names import HF_ROLLOUT
 from entropyrl.models.processor import IMAGE_ONLY_PROCESSORS
 from entropyrl.models.processor import load_image_only_processor as load_processor
 
@@ -275,7 +276,7 @@ def _remove_padding_without_flash_attn() -> None:
     qwen2_vl.fa_peft_integration_check = lambda q, k, v, target_dtype=None: (q, k, v)
 
 
-ROLLOUT_NAME = "hf"
+ROLLOUT_NAME = HF_ROLLOUT
 
 
 def register_hf_rollout() -> None:

@@ -3,9 +3,10 @@
 verl resolves its platform once per process (`verl.plugin.platform.get_platform`) and falls back
 to CUDA when no accelerator answers. This module registers a platform named `cpu` with verl's
 `PlatformRegistry`; verl picks it when `VERL_PLATFORM=cpu` is set (its own override variable).
-The plugin entry point imports this module before anything that asks for the platform (verl's
-FSDP engine module asks at import time), so every verl process (driver, TaskRunner, Ray
-workers, reward workers) resolves the same platform.
+The plugin entry point imports this module, when `VERL_PLATFORM=cpu` selects it, before anything
+that asks for the platform (verl's FSDP engine module asks at import time), so every verl process
+of a CPU run (driver, TaskRunner, Ray workers, reward workers) resolves the same platform; a
+process without the selection never imports it.
 
 Device conventions, as verl uses them:
 - `current_device()` returns the string "cpu": verl passes `get_device_id()` where a device is
@@ -25,13 +26,8 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-PLATFORM_NAME = "cpu"
-PLATFORM_ENV = "VERL_PLATFORM"
-
-
-def cpu_selected() -> bool:
-    """True when this process is asked to run verl on the CPU platform."""
-    return os.environ.get(PLATFORM_ENV, "").strip().lower() == PLATFORM_NAME
+from entropyrl.estimator_names import CPU_PLATFORM as PLATFORM_NAME
+from entropyrl.estimator_names import cpu_selected
 
 
 def _total_memory() -> int:
