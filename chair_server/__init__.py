@@ -3,7 +3,7 @@
 No torch import anywhere in this package: it runs on any machine with Python and Flask.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 from chair_server.scorer import ChairScorer
 

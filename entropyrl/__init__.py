@@ -6,4 +6,4 @@ The algorithm core (`entropyrl.entropy`, `entropyrl.advantages`, `entropyrl.loss
 tensors into it.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "CLIP_RULES",
-    "DEPRECATED_KEYS",
     "DIRECTIONS",
     "ENTROPY_MODES",
     "ENTROPY_SOURCES",
     "MAXENT_SOURCES",
+    "REMOVED_KEYS",
     "SPEC_CLASSES",
     "AlgorithmSpecs",
     "ClipScheduleSpec",
@@ -327,8 +326,9 @@ SPEC_CLASSES: tuple[type[Spec], ...] = (
     LostSamplesSpec,
 )
 
-# Keys of earlier releases, still read for one release with a warning naming the new key.
-DEPRECATED_KEYS: dict[str, str] = {
+# Keys of 0.1's first configs, removed in 0.2: refused with the key that replaced them (ignored,
+# they would silently keep the default).
+REMOVED_KEYS: dict[str, str] = {
     "egpo_lambda": "egpo_bonus.lam",
     "egpo_alpha": "egpo_bonus.alpha",
     "egpo.entropy_mode": "entropy.mode",
@@ -370,8 +370,8 @@ def algorithm_specs(algorithm: Any, where: str = "algorithm") -> AlgorithmSpecs:
     """All sections of an algorithm config (a mapping, DictConfig or None), validated.
 
     Other keys of `algorithm` (the engine's own, e.g. verl's `adv_estimator`) are not looked at;
-    inside our sections every key must be known. Deprecated keys (`DEPRECATED_KEYS`) are moved
-    to their new place with a `FutureWarning`; setting both the old and the new key is an error.
+    inside our sections every key must be known, and a key of 0.1's first configs
+    (`REMOVED_KEYS`) is refused with the one that replaced it.
     """
     config = _plain(algorithm) or {}
     if not isinstance(config, Mapping):
@@ -385,33 +385,22 @@ def algorithm_specs(algorithm: Any, where: str = "algorithm") -> AlgorithmSpecs:
         if value is not None and not isinstance(value, Mapping):
             raise SpecError(f"{where}.{spec_cls.SECTION}: expected a mapping, got {value!r}")
         sections[spec_cls.SECTION] = dict(value or {})
-    old_egpo = dict(config.get("egpo") or {})
-    for old, new in DEPRECATED_KEYS.items():
-        if "." in old:
-            parent, key = old.split(".", 1)
-            if parent != "egpo" or key not in old_egpo:
-                continue
-            value = old_egpo.pop(key)
-        else:
-            if old not in config:
-                continue
-            value = config[old]
-        if value is None:
-            continue
-        section, key = new.split(".", 1)
-        if sections[section].get(key) is not None:
-            raise SpecError(f"{where}.{old} and {where}.{new} are both set; keep {where}.{new}")
-        warnings.warn(
-            f"{where}.{old} is deprecated and will be removed; use {where}.{new}",
-            FutureWarning,
-            stacklevel=2,
+    old_egpo = config.get("egpo") or {}
+    removed = [
+        old
+        for old in REMOVED_KEYS
+        if (old in config if "." not in old else old.split(".", 1)[1] in old_egpo)
+    ]
+    if removed:
+        raise SpecError(
+            "; ".join(
+                f"{where}.{old} was removed: use {where}.{REMOVED_KEYS[old]}" for old in removed
+            )
         )
-        sections[section][key] = value
     if old_egpo:
         raise SpecError(
-            f"{where}.egpo: unknown key{'s' if len(old_egpo) > 1 else ''} "
-            f"{', '.join(repr(k) for k in sorted(old_egpo))}; this section is deprecated, its "
-            "keys moved to entropy.* and egpo_ratio.*"
+            f"{where}.egpo was removed (its keys moved to entropy.* and egpo_ratio.*); unknown "
+            f"key{'s' if len(old_egpo) > 1 else ''} {', '.join(repr(k) for k in sorted(old_egpo))}"
         )
     return AlgorithmSpecs(
         **{

@@ -46,25 +46,13 @@ __all__ = [
 CAPTION_REWARD_NAME = "caption_score"
 CHAIR_URL_ENV = "ENTROPYRL_CHAIR_URL"
 # One name on both sides: the service reads its token from it (`python -m chair_server`), the
-# reward's client sends it. The former client-only name is read too, with a warning.
+# reward's client sends it.
 CHAIR_TOKEN_ENV = "CHAIR_SERVER_TOKEN"
-DEPRECATED_CHAIR_TOKEN_ENV = "ENTROPYRL_CHAIR_TOKEN"
 
 
 def chair_token() -> str | None:
     """The CHAIR service's bearer token from `$CHAIR_SERVER_TOKEN` (None when unset)."""
-    token = os.environ.get(CHAIR_TOKEN_ENV)
-    if not token and os.environ.get(DEPRECATED_CHAIR_TOKEN_ENV):
-        import warnings
-
-        warnings.warn(
-            f"${DEPRECATED_CHAIR_TOKEN_ENV} is deprecated; set ${CHAIR_TOKEN_ENV} (the name the "
-            "CHAIR service reads too)",
-            FutureWarning,
-            stacklevel=2,
-        )
-        token = os.environ[DEPRECATED_CHAIR_TOKEN_ENV]
-    return token or None
+    return os.environ.get(CHAIR_TOKEN_ENV) or None
 
 
 class CaptionBatcher:

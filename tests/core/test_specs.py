@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 
 import pytest
 
 from entropyrl import advantages, clip_schedules, losses, maxent
 from entropyrl.specs import (
+    REMOVED_KEYS,
     SPEC_CLASSES,
     AlgorithmSpecs,
     ClipScheduleSpec,
@@ -102,29 +102,22 @@ def test_algorithm_specs_reads_only_its_sections():
         algorithm_specs({"clip_schedule": 0.3})
 
 
-def test_deprecated_keys_move_with_a_warning_naming_the_new_one():
-    old = {
-        "egpo_lambda": 0.3,
-        "egpo_alpha": 1.5,
-        "egpo": {"entropy_mode": "full", "lambda_min": 0.7, "entropy_epsilon": 1e-5},
-    }
-    with pytest.warns(FutureWarning) as caught:
-        specs = algorithm_specs(old)
-    messages = " ".join(str(w.message) for w in caught)
-    for new in ("egpo_bonus.lam", "egpo_bonus.alpha", "entropy.mode", "egpo_ratio.lambda_min"):
-        assert f"algorithm.{new}" in messages
-    assert (specs.egpo_bonus.lam, specs.egpo_bonus.alpha) == (0.3, 1.5)
-    assert specs.entropy.mode == "full"
-    assert (specs.egpo_ratio.lambda_min, specs.egpo_ratio.entropy_epsilon) == (0.7, 1e-5)
-
-
-def test_old_and_new_key_together_is_an_error():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(SpecError, match="both set"):
-            algorithm_specs({"egpo_lambda": 0.3, "egpo_bonus": {"lam": 0.2}})
-    with pytest.raises(SpecError, match=r"algorithm\.egpo: unknown key 'lamda'"):
+def test_keys_of_the_first_configs_are_refused_with_their_new_name():
+    """0.1's first flat keys were removed in 0.2: ignored, they would keep the defaults in
+    silence, so each is refused with the key that replaced it."""
+    with pytest.raises(SpecError) as caught:
+        algorithm_specs({"egpo_lambda": 0.3, "egpo": {"entropy_mode": "full"}})
+    assert str(caught.value) == (
+        "algorithm.egpo_lambda was removed: use algorithm.egpo_bonus.lam; "
+        "algorithm.egpo.entropy_mode was removed: use algorithm.entropy.mode"
+    )
+    for old, new in REMOVED_KEYS.items():
+        config = {"egpo": {old[5:]: 1}} if old.startswith("egpo.") else {old: 1}
+        with pytest.raises(SpecError, match=rf"algorithm\.{old} was removed: use algorithm\.{new}"):
+            algorithm_specs(config)
+    with pytest.raises(SpecError, match=r"algorithm\.egpo was removed .* unknown key 'lamda'"):
         algorithm_specs({"egpo": {"lamda": 0.1}})
+    assert algorithm_specs({"egpo": {}}) == AlgorithmSpecs()  # an empty leftover says nothing
 
 
 def test_schedule_bounds_use_the_spec():

@@ -16,6 +16,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
 from entropyrl import advantages as core
 from entropyrl.maxent import maxent_advantage
+from entropyrl.specs import SpecError
 from entropyrl.verl.estimators import group_ids
 from entropyrl.verl.inputs import AdvantageInputs, advantage_inputs
 
@@ -165,19 +166,13 @@ def test_permuting_the_batch_permutes_the_advantages():
     torch.testing.assert_close(adv_p, adv[perm])
 
 
-def test_deprecated_keys_still_work_with_a_warning():
-    rewards, mask, uid, scores, entropy, _ = make_batch(8)
-    old = OmegaConf.create(
-        {"adv_estimator": "egpo", "egpo_lambda": 0.3, "egpo_alpha": 1.5, "egpo": {}}
-    )
-    with pytest.warns(FutureWarning, match="egpo_bonus.lam"):
-        adv, _ = through_verl(
-            "egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), old
-        )
-    expected, _ = core.egpo_bonus_advantage(
-        scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.3, alpha=1.5
-    )
-    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+def test_a_removed_key_stops_the_estimator_with_its_new_name():
+    rewards, mask, uid, _, entropy, _ = make_batch(8)
+    old = OmegaConf.create({"adv_estimator": "egpo", "egpo_lambda": 0.3})
+    with pytest.raises(
+        SpecError, match=r"algorithm\.egpo_lambda was removed: use algorithm\.egpo_bonus\.lam"
+    ):
+        through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), old)
 
 
 def test_misspelt_key_is_refused_naming_it():

@@ -192,12 +192,9 @@ def test_function_calling_reward_as_verl_loads_it(compose):
 def test_the_client_reads_the_token_variable_the_service_reads(monkeypatch) -> None:
     from entropyrl.verl.rewards import chair_token
 
-    monkeypatch.delenv("ENTROPYRL_CHAIR_TOKEN", raising=False)
     monkeypatch.delenv("CHAIR_SERVER_TOKEN", raising=False)
     assert chair_token() is None
     monkeypatch.setenv("CHAIR_SERVER_TOKEN", "s3cret")
     assert chair_token() == "s3cret"
-    monkeypatch.delenv("CHAIR_SERVER_TOKEN")
-    monkeypatch.setenv("ENTROPYRL_CHAIR_TOKEN", "old")
-    with pytest.warns(FutureWarning, match=r"\$CHAIR_SERVER_TOKEN"):
-        assert chair_token() == "old"
+    monkeypatch.setenv("CHAIR_SERVER_TOKEN", "")
+    assert chair_token() is None
