@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     original_corpus = OriginalCorpus(scorer.ground_truth(), pure)
     rows, ok = [], True
     for name, items in runs.items():
-        overall = scorer.score(items)["overall_metrics"]
+        overall = scorer.score_corpus(items)["overall_metrics"]
         original_s, original_i = original_corpus.compute(items)
         chair_s, chair_i = 100 * overall["CHAIRs"], 100 * overall["CHAIRi"]
         pub_s, pub_i, range_s, range_i = PUBLISHED[name]
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             original_corpus.compute,
             sample,
         ),
-        ("ChairScorer.score", scorer.score, every),
+        ("ChairScorer.score_corpus", scorer.score_corpus, every),
     ]
     # Rounds interleave the implementations so a load change on a shared machine hits all of
     # them alike; per-caption medians over the rounds.
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         http_times, local_times = [], []
         for _ in range(args.repeats):  # interleaved, as above
             http_times.append(median_time(lambda: client.score(batch), 1))
-            local_times.append(median_time(lambda: scorer.score(batch), 1))
+            local_times.append(median_time(lambda: scorer.score_corpus(batch), 1))
         t_http, t_local = statistics.median(http_times), statistics.median(local_times)
         per_client = max(5, args.repeats)
         done = []
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         table(
             ["path", "ms / batch", "ratio"],
             [
-                ["in-process ChairScorer.score", f"{1000 * t_local:.1f}", "1.00x"],
+                ["in-process ChairScorer.score_corpus", f"{1000 * t_local:.1f}", "1.00x"],
                 [
                     "ChairClient -> POST /v1/chair",
                     f"{1000 * t_http:.1f}",

@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from chair_server import __version__, strict_json, vocabulary
+from chair_server import __version__, contract, strict_json, vocabulary
 from chair_server.config import ServerSettings
 from chair_server.scorer import ChairScorer, CorpusMetrics
 
@@ -32,22 +32,13 @@ class TooLarge(ValueError):
 
 
 def _validate_items(items: object, where: str, max_batch: int) -> list[Mapping[str, Any]]:
-    if not isinstance(items, list):
-        raise BadRequest(f"{where} must be a list of {{image_id, caption}} objects")
-    if len(items) > max_batch:
-        raise TooLarge(f"{where} has {len(items)} captions, more than max_batch={max_batch}")
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise BadRequest(f"{where}[{i}] must be an object with image_id and caption")
-        for name in ("image_id", "caption"):
-            if name not in item:
-                raise BadRequest(f"{where}[{i}].{name} is missing")
-        image_id = item["image_id"]
-        if isinstance(image_id, bool) or not isinstance(image_id, int | str):
-            raise BadRequest(f"{where}[{i}].image_id must be an integer or a string")
-        if not isinstance(item["caption"], str):
-            raise BadRequest(f"{where}[{i}].caption must be a string")
-    return items
+    """The request's captions by the one contract both sides use (`chair_server.contract`)."""
+    try:
+        return contract.check_items(items, where, max_batch)
+    except contract.TooManyCaptions as error:
+        raise TooLarge(str(error)) from None
+    except contract.RequestError as error:
+        raise BadRequest(str(error)) from None
 
 
 def _json_body() -> object:

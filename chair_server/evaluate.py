@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             doing = f"reading {args.captions}"
             captions = read_captions(args.captions)
             doing = f"scoring {len(captions)} captions"
-            result = scorer.score(captions)
+            result = scorer.score_corpus(captions)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -13,8 +13,9 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from chair_server import contract
 from chair_server import ground_truth as gt
 from chair_server.mentions import MentionExtractor
 
@@ -142,18 +143,22 @@ class ChairScorer:
             },
         }
 
-    def score(self, items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-        """Score ``[{"image_id", "caption"}, ...]``.
+    def score(self, items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Score ``[{"image_id", "caption"}, ...]``: one entry per item, in order (see
+        ``score_one``). The same call, and the same answer, as the HTTP client's
+        (``entropyrl.rewards.chair_client.ChairClient.score``): the reward takes either.
+        Raises ValueError naming ``captions[i].field`` for a malformed item
+        (``chair_server.contract``, the service's own rules)."""
+        return list(self.iter_score(items))
 
-        Returns ``{"sentences": [...], "overall_metrics": {...}}``: one entry per item in order
-        (see ``score_one``); overall CHAIRs/CHAIRi/Recall are micro-averages over the captions
-        whose image is known, with counts of captions, errors, mentions and captions without
-        any object mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect").
-        A corpus ratio with nothing to average over is None (no caption scored: CHAIRs,
-        CHAIRi, Recall and mean_length are all None), see ``CorpusMetrics.result``.
-        Raises ValueError naming ``captions[i].field`` for a malformed item.
-        """
-        sentences = list(self.iter_score(items))
+    def score_corpus(self, items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """``{"sentences": score(items), "overall_metrics": {...}}``, the service's answer:
+        overall CHAIRs/CHAIRi/Recall are micro-averages over the captions whose image is
+        known, with counts of captions, errors, mentions and captions without any object
+        mention (an empty caption has CHAIR 0 and recall 0; it is not "perfect"). A corpus
+        ratio with nothing to average over is None (no caption scored: CHAIRs, CHAIRi, Recall
+        and mean_length are all None), see ``CorpusMetrics.result``."""
+        sentences = self.score(items)
         return {"sentences": sentences, "overall_metrics": overall_metrics(sentences)}
 
     def iter_score(self, items: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -161,22 +166,10 @@ class ChairScorer:
         this, so memory per request does not grow with the size of the answer)."""
         score_one = self.score_one
         for index, item in enumerate(items):
-            try:
-                image_id, caption = item["image_id"], item["caption"]
-            except (KeyError, TypeError, IndexError):
-                _raise_item_error(index, item)
-            if type(caption) is not str:
-                raise ValueError(f"captions[{index}].caption must be a string")
-            yield score_one(image_id, caption)
-
-
-def _raise_item_error(index: int, item: object) -> NoReturn:
-    if not isinstance(item, Mapping):
-        raise ValueError(f"captions[{index}] must be an object with image_id and caption")
-    for field in ("image_id", "caption"):
-        if field not in item:
-            raise ValueError(f"captions[{index}].{field} is missing")
-    raise ValueError(f"captions[{index}] is malformed")
+            problem = contract.item_problem(item, f"captions[{index}]")
+            if problem is not None:  # the service's own rules (chair_server.contract)
+                raise ValueError(problem.message)
+            yield score_one(contract.image_id(item["image_id"]), item["caption"])
 
 
 class CorpusMetrics:

@@ -32,13 +32,14 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import operator
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+from chair_server import contract
 
 __all__ = ["ChairAuthError", "ChairClient", "ChairServiceError", "HasUrl"]
 
@@ -75,25 +76,6 @@ class _Fatal(Exception):
 
 class _TooLarge(_Fatal):
     """HTTP 413: the chunk is over the service's --max-batch or --max-body-mb."""
-
-
-def _image_id(value: object) -> int | str | None:
-    """The id as the service accepts it (an int or a string), None when it cannot be one.
-
-    numpy and other integer types (anything with ``__index__``) become ints; bools, floats,
-    None and containers are refused, as the service refuses them.
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | str):
-        return value
-    index = getattr(type(value), "__index__", None)
-    if index is None or type(value).__name__.startswith("bool"):  # numpy.bool_ has __index__
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
 
 
 class ChairClient:
@@ -372,23 +354,15 @@ class ChairClient:
         captions: list[dict[str, Any]] = []
         positions: list[int] = []
         for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise ValueError(f"items[{i}] must be a mapping with image_id and caption")
-            for name in ("image_id", "caption"):
-                if name not in item:
-                    raise ValueError(f"items[{i}].{name} is missing")
-            if not isinstance(item["caption"], str):
-                raise ValueError(f"items[{i}].caption must be a string")
-            image_id = _image_id(item["image_id"])
-            if image_id is None:
-                if self.strict:
-                    raise ValueError(
-                        f"items[{i}].image_id must be an integer or a string, "
-                        f"got {item['image_id']!r}"
-                    )
+            problem = contract.item_problem(item, f"items[{i}]")  # the service's own rules
+            if problem is not None and (problem.field != "image_id" or self.strict):
+                raise ValueError(problem.message)
+            if problem is not None:  # an id the service would refuse: this sample alone
                 self._count(invalid_samples=1, fallback_samples=1)
                 continue
-            captions.append({"image_id": image_id, "caption": item["caption"]})
+            captions.append(
+                {"image_id": contract.image_id(item["image_id"]), "caption": item["caption"]}
+            )
             positions.append(i)
         results: list[dict[str, Any] | None] = [None] * len(items)
         if not captions:

@@ -107,7 +107,7 @@ def test_retries_exhausted_gives_none_and_strict_raises() -> None:
 def test_chunking_one_request_per_chunk(chair_server_url, session_gt_file, sample_items) -> None:
     client = ChairClient(chair_server_url, max_batch=7)
     got = client.score(sample_items)
-    expected = ChairScorer.from_ground_truth(session_gt_file).score(sample_items)["sentences"]
+    expected = ChairScorer.from_ground_truth(session_gt_file).score(sample_items)
     # the client asks the service not to send the caption text back
     assert got == json.loads(json.dumps([drop_caption(e) for e in expected]))
     assert client.stats["requests"] == -(-len(sample_items) // 7)
@@ -234,7 +234,7 @@ def test_batch_over_the_service_limit_is_split_and_retried(
     items = (sample_items * 5)[:200]
     client = ChairClient(chair_server_url, max_batch=200)
     got = client.score(items)
-    expected = ChairScorer.from_ground_truth(session_gt_file).score(items)["sentences"]
+    expected = ChairScorer.from_ground_truth(session_gt_file).score(items)
     assert got == json.loads(json.dumps([drop_caption(e) for e in expected]))
     stats = client.stats
     assert stats["fallback_samples"] == 0 and stats["splits"] >= 2

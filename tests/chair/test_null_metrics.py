@@ -17,7 +17,7 @@ NULLED = ("CHAIRs", "CHAIRi", "Recall", "mean_length")
 
 
 def test_scorer_reports_null_when_no_caption_is_scored(gt_file) -> None:
-    overall = ChairScorer.from_ground_truth(gt_file).score(UNKNOWN)["overall_metrics"]
+    overall = ChairScorer.from_ground_truth(gt_file).score_corpus(UNKNOWN)["overall_metrics"]
     assert {k: overall[k] for k in NULLED} == dict.fromkeys(NULLED)
     assert overall["captions"] == 0 and overall["errors"] == 2
 
@@ -25,11 +25,13 @@ def test_scorer_reports_null_when_no_caption_is_scored(gt_file) -> None:
 def test_each_ratio_is_null_only_when_its_own_denominator_is_zero(gt_file) -> None:
     scorer = ChairScorer.from_ground_truth(gt_file)
     # captions scored, but none mentions an object: CHAIR_s is a real 0, CHAIR_i has no mention
-    overall = scorer.score([{"image_id": 1001, "caption": "Nothing to see."}])["overall_metrics"]
+    overall = scorer.score_corpus([{"image_id": 1001, "caption": "Nothing to see."}])[
+        "overall_metrics"
+    ]
     assert overall["CHAIRs"] == 0.0 and overall["CHAIRi"] is None
     assert overall["Recall"] == 0.0 and overall["mean_length"] == 3.0
     # image 1004 has no ground-truth object: recall has nothing to recall
-    overall = scorer.score([{"image_id": 1004, "caption": "A dog."}])["overall_metrics"]
+    overall = scorer.score_corpus([{"image_id": 1004, "caption": "A dog."}])["overall_metrics"]
     assert overall["CHAIRi"] == 1.0 and overall["Recall"] is None
 
 
@@ -79,14 +81,13 @@ def test_strict_json_writes_null_for_non_finite_numbers() -> None:
         strict_json.dumps(loop)
 
 
-def test_evaluate_json_stays_strict_when_an_image_id_is_nan(tmp_path, gt_file, capsys) -> None:
-    """Python's reader takes `NaN` as an image id; the error entry echoes it back as null."""
+def test_evaluate_refuses_a_nan_image_id_as_the_service_does(tmp_path, gt_file, capsys) -> None:
+    """Python's reader takes `NaN` as an image id; the service's rules (chair_server.contract)
+    refuse it, in one line naming the field, and nothing is written."""
     captions = tmp_path / "caps.jsonl"
     captions.write_text('{"image_id": NaN, "caption": "A dog."}\n')
     out = tmp_path / "out.json"
     args = ["--captions", str(captions), "--ground-truth", str(gt_file), "--json", str(out)]
-    assert evaluate.main(args) == 0
-    capsys.readouterr()
-    written = json.loads(out.read_text(), parse_constant=_refuse)
-    assert written["sentences"][0]["image_id"] is None and "error" in written["sentences"][0]
-    assert written["overall_metrics"]["errors"] == 1
+    assert evaluate.main(args) == 2
+    assert capsys.readouterr().err == "error: captions[0].image_id must be an integer or a string\n"
+    assert not out.exists()

@@ -107,8 +107,9 @@ def test_corpus_metrics_are_micro_averages(gt_file) -> None:
         # 1004 GT {}: no mentions; recall over an empty set adds 0/0
         {"image_id": 1004, "caption": "A wall."},
     ]
-    result = scorer.score(items)
+    result = scorer.score_corpus(items)
     sentences, overall = result["sentences"], result["overall_metrics"]
+    assert scorer.score(items) == sentences
     assert [s.get("error") for s in sentences] == [
         None,
         None,

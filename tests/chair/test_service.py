@@ -33,7 +33,7 @@ def test_health_and_info(chair_server_url) -> None:
 
 
 def test_v1_chair_equals_in_process(chair_server_url, session_gt_file, sample_items) -> None:
-    expected = ChairScorer.from_ground_truth(session_gt_file).score(sample_items)
+    expected = ChairScorer.from_ground_truth(session_gt_file).score_corpus(sample_items)
     status, answer = call(chair_server_url, "/v1/chair", {"captions": sample_items})
     assert status == 200
     assert answer == json.loads(json.dumps(expected))
@@ -54,7 +54,7 @@ def test_compute_caption_forms(
     chair_server_url, session_gt_file, sample_items, form, count
 ) -> None:
     items = sample_items[:3]
-    expected = ChairScorer.from_ground_truth(session_gt_file).score(items[:count])
+    expected = ChairScorer.from_ground_truth(session_gt_file).score_corpus(items[:count])
     status, answer = call(chair_server_url, "/computeCaption", form(items))
     assert status == 200
     assert answer == json.loads(json.dumps(expected))
@@ -137,8 +137,7 @@ def test_concurrent_clients_match_in_process(
     scorer = ChairScorer.from_ground_truth(session_gt_file)
     batches = [sample_items[i % 7 : i % 7 + 20] for i in range(50)]
     expected = [
-        [{k: v for k, v in e.items() if k != "caption"} for e in scorer.score(b)["sentences"]]
-        for b in batches
+        [{k: v for k, v in e.items() if k != "caption"} for e in scorer.score(b)] for b in batches
     ]
     expected = json.loads(json.dumps(expected))
     failures: list[str] = []

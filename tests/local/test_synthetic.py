@@ -102,7 +102,7 @@ def test_chair_service_scorer_reads_the_world(tmp_path):
     im = world.test[0]
     assert scorer.ground_truth()[im.image_id] == sorted(im.categories)
     absent = next(name for _, name, *_ in CATEGORIES if name not in im.categories)
-    result = scorer.score(
+    result = scorer.score_corpus(
         [{"image_id": im.image_id, "caption": caption_for([*im.categories, absent], 1)}]
     )
     metrics = result["overall_metrics"]

@@ -100,15 +100,11 @@ def test_in_process_chair_scorer(cider):
     scorer_module = pytest.importorskip("chair_server.scorer")
     chair = scorer_module.ChairScorer.from_ground_truth(GROUND_TRUTH)
 
-    class InProcess:
-        def score(self, items):
-            return chair.score(items)["sentences"]
-
     refs = [CORPUS[i] for i in IMAGE_IDS]
-    result = CaptionReward(cider, InProcess(), chair_weight=1.0)(CAPTIONS, IMAGE_IDS, refs)
+    result = CaptionReward(cider, chair, chair_weight=1.0)(CAPTIONS, IMAGE_IDS, refs)
     own = chair.score([{"image_id": i, "caption": c} for i, c in zip(IMAGE_IDS, CAPTIONS)])
     assert result.chair_ok.all()
-    for i, sentence in enumerate(own["sentences"]):
+    for i, sentence in enumerate(own):
         assert result.chair_i[i] == sentence["metrics"]["CHAIRi"]
         assert result.recall[i] == sentence["metrics"]["Recall"]
     assert result.chair_i[1] == pytest.approx(1 / 3)  # dog is not in image 2
@@ -177,13 +173,9 @@ def test_count_penalty_with_chair_scorer(cider):
     scorer_module = pytest.importorskip("chair_server.scorer")
     chair = scorer_module.ChairScorer.from_ground_truth(GROUND_TRUTH)
 
-    class InProcess:
-        def score(self, items):
-            return chair.score(items)["sentences"]
-
     refs = [CORPUS[i] for i in IMAGE_IDS]
-    by_count = CaptionReward(cider, InProcess(), chair_weight=1.0, chair_penalty="count")
-    by_fraction = CaptionReward(cider, InProcess(), chair_weight=1.0)
+    by_count = CaptionReward(cider, chair, chair_weight=1.0, chair_penalty="count")
+    by_fraction = CaptionReward(cider, chair, chair_weight=1.0)
     count = by_count(CAPTIONS, IMAGE_IDS, refs)
     fraction = by_fraction(CAPTIONS, IMAGE_IDS, refs)
     np.testing.assert_array_equal(count.hallucinated, [0.0, 1.0, 0.0, 0.0])

@@ -295,7 +295,7 @@ def test_caption_scorer_rows_are_the_batch_arrays(cider):
 
         def score(self, items):
             self.calls += 1
-            return chair.score(items)["sentences"]
+            return chair.score(items)
 
     client = InProcess()
     reward = CaptionReward(cider, client, chair_weight=1.0, recall_weight=0.5)
