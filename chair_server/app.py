@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -48,6 +49,11 @@ def _json_body() -> object:
     except RecursionError as exc:
         raise BadRequest("body: JSON nested too deeply") from exc
     except ValueError as exc:  # malformed JSON, bad UTF-8, an integer literal of 4300+ digits
+        if "int_max_str_digits" in str(exc) or "integer string conversion" in str(exc):
+            # Python's message advises sys.set_int_max_str_digits(): not the client's to act on
+            raise BadRequest(
+                f"body: a number with more than {sys.get_int_max_str_digits()} digits"
+            ) from exc
         raise BadRequest(f"body: malformed JSON ({exc})") from exc
 
 
@@ -115,19 +121,26 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         if token and request.path != "/health":
             given = _bearer(request.headers.get("Authorization", ""))
             if not hmac.compare_digest(given.encode(), token.encode()):
-                return _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+                response = _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="chair_server"'  # RFC 6750
+                return response
         return None
 
     @app.after_request
     def _access_log(response: Response) -> Response:
         elapsed = (time.perf_counter() - g.get("started", time.perf_counter())) * 1000
+        refused = ""
+        if response.status_code >= 400 and response.is_json and not response.is_streamed:
+            # why it was refused: the error names a field, never a caption's text
+            refused = " refused: " + _printable(str((response.get_json() or {}).get("error", "")))
         log.info(
-            "%s %s %d captions=%d %.1fms",
+            "%s %s %d captions=%d %.1fms%s",
             _printable(request.method),
             _printable(request.path),
             response.status_code,
             g.get("count", 0),
             elapsed,
+            refused,
         )
         return response
 

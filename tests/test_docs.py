@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -145,3 +146,41 @@ def test_no_lab_notes_in_strings_the_code_prints():
             for match in LAB_NOTE.finditer(node.value):
                 found.append(f"{_name(path)}:{node.lineno}: {match.group(0)!r}")
     assert found == [], "lab notes in strings printed to users:\n" + "\n".join(found)
+
+
+CURL = re.compile(r"curl -s localhost:5000/v1/chair -d '(?P<body>\{.*\})'")
+
+
+def test_the_chair_examples_work_against_the_world_they_name(tmp_path) -> None:
+    """The README's and docs/chair_service.md's requests to the quick start's world (the demo's
+    default world, seed 0) name images it has, with the answer the text describes."""
+    from chair_server.scorer import ChairScorer
+    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.local.config import DemoConfig
+
+    cfg = DemoConfig()
+    build_synthetic_coco(
+        tmp_path,
+        num_train=cfg.num_train,
+        num_test=cfg.num_test,
+        image_size=cfg.image_size,
+        noise_rate=cfg.noise_rate,
+        max_objects=cfg.max_objects,
+        seed=cfg.seed,
+        write_images=False,
+    )
+    scorer = ChairScorer.from_coco(tmp_path, use_cache=False)
+    examples = []
+    for page in (README, ROOT / "docs" / "chair_service.md"):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            match = CURL.search(line)
+            if match and any("runs/demo/world" in lines[j] for j in range(max(0, i - 2), i)):
+                examples.append((page.name, json.loads(match["body"])["captions"]))
+    assert {name for name, _ in examples} == {"README.md", "chair_service.md"}
+    for name, captions in examples:
+        entries = scorer.score(captions)
+        assert all("error" not in entry for entry in entries), (name, entries)
+        if captions == [{"image_id": 3, "caption": "A cat next to a dog."}]:
+            assert entries[0]["hallucinated"] == [["dog", "dog"]], name
+            assert entries[0]["metrics"]["CHAIRi"] == 0.5

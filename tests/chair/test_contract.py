@@ -156,3 +156,50 @@ def test_a_standard_wsgi_server_serves_the_no_argument_factory(tmp_path, session
     finally:
         server.terminate()
         server.wait(30)
+
+
+@pytest.fixture()
+def app_client(session_gt_file):
+    from chair_server.app import create_app
+    from chair_server.config import ServerSettings
+
+    settings = ServerSettings(ground_truth=str(session_gt_file), token="s3cret")
+    app = create_app(ChairScorer.from_ground_truth(session_gt_file), settings)
+    return app.test_client()
+
+
+AUTH = {"Authorization": "Bearer s3cret"}
+
+
+def test_a_401_names_the_scheme_it_wants(app_client) -> None:
+    answer = app_client.post("/v1/chair", json={"captions": []})
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"] == 'Bearer realm="chair_server"'  # RFC 6750
+    assert app_client.get("/health").status_code == 200
+
+
+def test_a_number_too_long_to_parse_gets_the_services_own_message(app_client) -> None:
+    body = b'{"captions": [{"image_id": ' + b"9" * 5000 + b', "caption": "a"}]}'
+    answer = app_client.post("/v1/chair", data=body, headers=AUTH)
+    assert answer.status_code == 400
+    assert answer.get_json() == {"error": "body: a number with more than 4300 digits"}
+
+
+def test_each_refusal_is_logged_with_its_reason_and_no_caption_text(app_client, caplog) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="chair_server")
+    secret = "A caption nobody should read in a log."
+    app_client.post(
+        "/v1/chair", json={"captions": [{"image_id": 1.5, "caption": secret}]}, headers=AUTH
+    )
+    app_client.post("/v1/chair", json={"captions": [{"image_id": 1001, "caption": secret}]})
+    lines = [r.getMessage() for r in caplog.records if r.name == "chair_server"]
+    assert lines[0].startswith("POST /v1/chair 400 ") and lines[0].endswith(
+        "refused: captions[0].image_id must be an integer or a string"
+    )
+    assert (
+        lines[1].startswith("POST /v1/chair 401 ")
+        and "refused: missing or wrong bearer" in lines[1]
+    )
+    assert not any(secret in line for line in lines)

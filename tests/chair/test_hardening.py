@@ -96,7 +96,10 @@ def server(session_gt_file):
     [
         (b'{"captions": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nested too deeply"),
         (b"[" * 1000 + b"]" * 1000, "nested too deeply"),
-        (b'{"captions": [{"image_id": ' + b"7" * 5000 + b', "caption": "a dog"}]}', "malformed"),
+        (
+            b'{"captions": [{"image_id": ' + b"7" * 5000 + b', "caption": "a dog"}]}',
+            "a number with more than 4300 digits",
+        ),
     ],
     ids=["nested-1000", "nested-top-level", "int-5000-digits"],
 )
