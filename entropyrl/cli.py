@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.local.cli",  # demo, train
@@ -20,15 +21,26 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error as one line on stderr with where to read the options, exit status 2
+    (argparse's default prints the whole usage block first, burying the line)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} ({self.prog} --help lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="entropyrl",
         description="Entropy-guided and hallucination-aware RL for Qwen / Qwen-VL models.",
     )
     from entropyrl import __version__
 
     parser.add_argument("--version", action="version", version=f"entropyrl {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=OneLineParser
+    )
     for module_name in COMMAND_MODULES:
         try:
             module = importlib.import_module(module_name)

@@ -215,6 +215,12 @@ class EgpoBonusSpec(Spec):
     def __post_init__(self) -> None:
         _check(_finite(self.lam) and self.lam >= 0, "lam", f"must be >= 0, got {self.lam}")
         _check(_finite(self.alpha) and self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
+        _check(
+            self.alpha > self.lam,
+            "alpha",
+            f"must be > lam ({self.lam:g}), got {self.alpha:g}: at or below it the bonus can "
+            "cancel or flip a negative advantage",
+        )
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ er_parse_args() {
         er_print_help
         exit 0
         ;;
+      -*)
+        # a misspelt flag would otherwise reach Hydra as an override, or be taken for one
+        echo "error: unknown option $1 (the options: --dry-run, --smoke, --out DIR, --ranks N, --help; everything else is a Hydra override, key=value)" >&2
+        exit 2
+        ;;
       *) ER_ARGS+=("$1") ;;
     esac
     shift

@@ -600,6 +600,53 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+
+
+def composition_problem(recipe: str, error: Exception, overrides: Sequence[str] = ()) -> str:
+    """Hydra's composition error as one line with the fix. A key the recipe does not have
+    (Hydra: "Could not override ... use +key"): under one of our algorithm sections, the
+    section's accepted keys (a `+` would only move the refusal to our check); elsewhere, that the
+    key is not in the config, so a misspelling is the likelier cause than a missing `+`."""
+    text = " ".join(str(error).split())
+    match = _NOT_IN_STRUCT.search(text)
+    if match:
+        key = match.group(1)
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "algorithm":
+            from entropyrl.specs import SpecError, algorithm_specs
+
+            try:
+                algorithm_specs({parts[1]: {parts[2]: None}})
+            except SpecError as refusal:
+                return str(refusal)
+        near = _near_keys(recipe, overrides, key)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        return (
+            f"{key} is not a key of the {recipe} config{hint} (a key it lacks on purpose takes a "
+            f"leading +: +{key}=...)"
+        )
+    return f"{recipe}: {text}"
+
+
+def _near_keys(recipe: str, overrides: Sequence[str], key: str) -> list[str]:
+    """Keys of the config beside `key` that look like it (composed without the override)."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    rest = [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        parent_key, _, name = key.rpartition(".")
+        config = compose_recipe(recipe, rest)
+        parent = OmegaConf.select(config, parent_key) if parent_key else config
+        names = [str(k) for k in parent] if OmegaConf.is_dict(parent) else []
+    except Exception:  # the rest does not compose either: no suggestion
+        return []
+    prefix = f"{parent_key}." if parent_key else ""
+    return [prefix + near for near in difflib.get_close_matches(name, names, n=2)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m entropyrl.commands.preflight",
@@ -624,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = compose_recipe(args.config, args.overrides)
     except Exception as error:  # Hydra's composition errors: one line, not a traceback
-        _say(f"error: {args.config}: {' '.join(str(error).split())}")
+        _say(f"error: {composition_problem(args.config, error, args.overrides)}")
         return 2
     findings = config_findings(config)  # with the prompt bound's refusals
     if args.dry_run and not findings:

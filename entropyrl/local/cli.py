@@ -7,6 +7,7 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -21,8 +22,21 @@ EPILOG = """examples:
 """
 
 
+def as_option(message: str) -> str:
+    """A settings error ("threads: ...", "egpo_bonus.alpha: ...") named by its command-line
+    option ("--threads: ...", "--egpo-bonus-alpha: ...")."""
+    name, sep, rest = message.partition(": ")
+    if not sep or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)?", name):
+        return message
+    return "--" + name.replace(".", "-").replace("_", "-") + ": " + rest
+
+
 def _run_demo(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, DemoConfig)
+    try:
+        cfg = config_from_args(args, DemoConfig)
+    except ValueError as error:  # a value out of range: one line naming the option, exit 2
+        print(f"error: {as_option(str(error))}", file=sys.stderr)
+        return 2
     try:
         from entropyrl.local.demo import main  # torch and transformers: seconds
     except KeyboardInterrupt:

@@ -171,34 +171,36 @@ class DemoConfig:
                 setattr(self, name, spec_cls.from_mapping(value, name))
             elif not isinstance(value, spec_cls):
                 raise ValueError(f"{name}: expected {spec_cls.__name__}, got {value!r}")
+        # name -> (holds, the rule): one line naming the option and what it takes
         checks = {
-            "task": self.task in TASKS,
-            "adv": self.adv in ADV_ESTIMATORS,
-            "steps": self.steps >= 0,
-            "threads": self.threads >= 1,
-            "num_train": self.num_train >= 1,
-            "num_test": self.num_test >= 1,
-            "noise_rate": 0.0 <= self.noise_rate <= 1.0,
-            "warmup_steps": self.warmup_steps >= 0,
-            "warmup_batch": self.warmup_batch >= 1,
-            "prompts_per_step": self.prompts_per_step >= 1,
-            "samples_per_prompt": self.samples_per_prompt >= 2,
-            "temperature": self.temperature > 0,
-            "max_new_tokens": self.max_new_tokens >= 1,
-            "num_minibatches": 1
-            <= self.num_minibatches
-            <= self.prompts_per_step * self.samples_per_prompt,
-            "ppo_epochs": self.ppo_epochs >= 1,
-            "lr": self.lr >= 0,
-            "warmup_lr": self.warmup_lr >= 0,
-            "kl_coef": self.kl_coef >= 0,
-            "control_clock": self.control_clock in ("cpu", "wall"),
-            "chair_penalty": self.chair_penalty in ("count", "fraction"),
-            "max_objects": 1 <= self.max_objects <= 3,
+            "task": (self.task in TASKS, f"one of {', '.join(TASKS)}"),
+            "adv": (self.adv in ADV_ESTIMATORS, f"one of {', '.join(ADV_ESTIMATORS)}"),
+            "steps": (self.steps >= 0, ">= 0"),
+            "threads": (self.threads >= 1, ">= 1"),
+            "num_train": (self.num_train >= 1, ">= 1"),
+            "num_test": (self.num_test >= 1, ">= 1"),
+            "noise_rate": (0.0 <= self.noise_rate <= 1.0, "in [0, 1]"),
+            "warmup_steps": (self.warmup_steps >= 0, ">= 0"),
+            "warmup_batch": (self.warmup_batch >= 1, ">= 1"),
+            "prompts_per_step": (self.prompts_per_step >= 1, ">= 1"),
+            "samples_per_prompt": (self.samples_per_prompt >= 2, ">= 2 (a group needs two)"),
+            "temperature": (self.temperature > 0, "> 0"),
+            "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"),
+            "num_minibatches": (
+                1 <= self.num_minibatches <= self.prompts_per_step * self.samples_per_prompt,
+                "in [1, prompts_per_step x samples_per_prompt]",
+            ),
+            "ppo_epochs": (self.ppo_epochs >= 1, ">= 1"),
+            "lr": (self.lr >= 0, ">= 0"),
+            "warmup_lr": (self.warmup_lr >= 0, ">= 0"),
+            "kl_coef": (self.kl_coef >= 0, ">= 0"),
+            "control_clock": (self.control_clock in ("cpu", "wall"), "cpu or wall"),
+            "chair_penalty": (self.chair_penalty in ("count", "fraction"), "count or fraction"),
+            "max_objects": (1 <= self.max_objects <= 3, "in [1, 3]"),
         }
-        for name, ok in checks.items():
+        for name, (ok, rule) in checks.items():
             if not ok:
-                raise ValueError(f"{name}: invalid value {getattr(self, name)!r}")
+                raise ValueError(f"{name}: invalid value {getattr(self, name)!r} (must be {rule})")
         for variant in self.variants():
             parse_variant(variant)
 
