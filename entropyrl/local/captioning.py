@@ -138,8 +138,16 @@ class CaptionTask:
             "chair_unscored": float(len(entries) - len(scored)),
         }
         records = [
-            {"image_id": i, "caption": c, "cider": float(s)}
-            for i, c, s in zip(self.test_ids, captions, cider)
+            {
+                "image_id": i,
+                "caption": c,
+                "cider": float(s),
+                # the words CHAIR found hallucinated (None: the service did not score it)
+                "hallucinated": None
+                if e is None or "metrics" not in e
+                else [word for word, _ in e.get("hallucinated", [])],
+            }
+            for i, c, s, e in zip(self.test_ids, captions, cider, entries)
         ]
         return metrics, records
 

@@ -66,7 +66,12 @@ class DemoConfig:
     )
     steps: int = _f(60, "RL steps")
     seed: int = _f(0, "seed of the world, the model initialisation, sampling and batching")
-    out: str = _f("runs/demo", "output folder: metrics.jsonl, curves.png, summary.md/.json")
+    out: str = _f(
+        "runs/demo",
+        "output folder: metrics.jsonl, curves.png, summary.md/.json (one that holds an earlier "
+        "run is kept: the run goes to the next free <out>-2, <out>-3, ... unless --overwrite)",
+    )
+    overwrite: bool = _f(False, "write into --out even when it holds an earlier run")
     model: str | None = _f(
         None,
         "local Qwen2-VL (or Qwen2 for function-calling) checkpoint folder; default: a tiny "

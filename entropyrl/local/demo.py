@@ -19,7 +19,12 @@ from typing import Any
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.interrupts import run_interruptible
 from entropyrl.local.progress import set_position
-from entropyrl.local.reference import quick_start_checks, reference_for, reference_section
+from entropyrl.local.reference import (
+    quick_start_checks,
+    quick_start_verdict,
+    reference_for,
+    reference_section,
+)
 from entropyrl.local.report import (
     eval_columns,
     eval_row,
@@ -102,6 +107,8 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     reference, _ = reference_for(cfg)
     summary["readme_reference"] = reference
     summary["checks"] = quick_start_checks(rows)
+    passed, verdict = quick_start_verdict(rows, summary["checks"], str(out))
+    summary["passed"] = passed
     compared = reference_section(cfg, rows)
     write_summary(
         out, summary, f"{table}\n\n{compared}", heading=f"entropyrl demo (seed {cfg.seed})"
@@ -112,10 +119,37 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     print(table)
     print(f"\n{compared}")
     print(f"\n{total:.0f} s in all; outputs in {out}/ (metrics.jsonl, curves.png, summary.md)")
+    print(verdict, flush=True)  # the last line
     return summary
 
 
-def _run_task(cfg: DemoConfig) -> None:
+# what shows that a folder holds an earlier run
+RUN_FILES = ("metrics.jsonl", "summary.json", "summary.md")
+
+
+def output_folder(out: str, overwrite: bool) -> str:
+    """`out`, or when it holds an earlier run (and `overwrite` is off) the first free
+    `<out>-2`, `<out>-3`, ...: a second run never replaces the first without being asked."""
+    if overwrite or not any((Path(out) / name).exists() for name in RUN_FILES):
+        return out
+    number = 2
+    while any((Path(f"{out}-{number}") / name).exists() for name in RUN_FILES):
+        number += 1
+    return f"{out}-{number}"
+
+
+def _run_task(cfg: DemoConfig) -> int:
+    """Run the demo `cfg` asks for: 0, or 1 when the captioning demo's checks FAIL."""
+    out = output_folder(cfg.out, cfg.overwrite)
+    if out != cfg.out:
+        print(
+            f"{cfg.out} holds an earlier run (kept; --overwrite replaces it): this one goes to {out}"
+        )
+        cfg.out = out
+    print(
+        f"outputs go to {cfg.out}/ (metrics.jsonl, curves.png, summary.md, summary.json)",
+        flush=True,
+    )
     if cfg.acceptance:
         from entropyrl.local.acceptance import run_acceptance
 
@@ -125,11 +159,12 @@ def _run_task(cfg: DemoConfig) -> None:
 
         run_function_calling_demo(cfg)
     else:
-        run_caption_demo(cfg)
+        return 0 if run_caption_demo(cfg)["passed"] else 1
+    return 0
 
 
 def main(cfg: DemoConfig) -> int:
-    """Entry point of `entropyrl demo`: 0 done, 130 interrupted (Ctrl-C)."""
+    """Entry point of `entropyrl demo`: 0 done, 1 when its checks FAIL, 130 interrupted."""
     return run_interruptible(_run_task, cfg)
 
 

@@ -41,14 +41,14 @@ def interrupt_once() -> Any:
 
 
 def run_interruptible(run: Callable[[Any], Any], cfg: Any) -> int:
-    """`run(cfg)` with SIGTERM and Ctrl-C handled: 0 when it returns; on Ctrl-C, once the
-    `with` blocks have stopped the service, one line on stderr and 130 (128 + SIGINT).
-    `cfg.out` is the output folder the line names."""
+    """`run(cfg)` with SIGTERM and Ctrl-C handled: its exit status when it returns one (an
+    int; anything else: 0); on Ctrl-C, once the `with` blocks have stopped the service, one
+    line on stderr and 130 (128 + SIGINT). `cfg.out` is the output folder the line names."""
     exit_on_sigterm()
     previous = interrupt_once()
     set_position("setup")
     try:
-        run(cfg)
+        code = run(cfg)
     except KeyboardInterrupt:
         print(
             f"interrupted at {position()}; partial outputs in {cfg.out}",
@@ -59,4 +59,4 @@ def run_interruptible(run: Callable[[Any], Any], cfg: Any) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    return 0
+    return code if isinstance(code, int) else 0

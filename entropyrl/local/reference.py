@@ -27,6 +27,7 @@ __all__ = [
     "REFERENCE",
     "SETTINGS_IGNORED",
     "quick_start_checks",
+    "quick_start_verdict",
     "reference_for",
     "reference_section",
 ]
@@ -55,7 +56,7 @@ REFERENCE: dict[tuple[int, int], dict[str, dict[str, float]]] = {
 
 # Options that do not change a run's numbers (where it writes, how it reports), plus the two
 # that key the examples.
-SETTINGS_IGNORED = frozenset({"out", "progress", "device", "seed", "threads", "seeds"})
+SETTINGS_IGNORED = frozenset({"out", "overwrite", "progress", "device", "seed", "threads", "seeds"})
 
 COLUMNS = (
     ("chair_i_pct", "CHAIR_i %"),
@@ -156,6 +157,35 @@ def quick_start_checks(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 }
             )
     return checks
+
+
+def quick_start_verdict(
+    rows: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[str, Any]], out: str
+) -> tuple[bool, str]:
+    """(whether every check held, the run's one-line verdict): PASS or FAIL, each RL row's
+    held-out CHAIR_i and CIDEr-D before and after, the checks that failed, where the outputs
+    are."""
+    warm = next((row for row in rows if row.get("stage") == "after warm-up"), {})
+    figures = []
+    for row in rows:
+        stage = str(row.get("stage", ""))
+        if not stage.startswith("after RL"):
+            continue
+        name = stage.removeprefix("after RL: ")
+        figures.append(
+            f"{name}: held-out CHAIR_i {_number(warm.get('chair_i_pct')):.1f} % -> "
+            f"{_number(row.get('chair_i_pct')):.1f} %, CIDEr-D {_number(warm.get('cider')):.2f} "
+            f"-> {_number(row.get('cider')):.2f}"
+        )
+    failed = [check for check in checks if not check["passed"]]
+    if not figures:
+        return True, f"done (no RL step, nothing to check); outputs in {out}"
+    line = "; ".join(figures)
+    if failed:
+        line += "; failed: " + "; ".join(
+            f"{check['stage'].removeprefix('after RL: ')}: {check['check']}" for check in failed
+        )
+    return not failed, f"{'FAIL' if failed else 'PASS'}: {line}; outputs in {out}"
 
 
 def _cell(value: float, sign: bool = False) -> str:

@@ -250,11 +250,51 @@ def write_summary(
     md_path = out / "summary.md"
     settings = summary.get("settings", {})
     lines = [f"# {heading}", "", table, ""]
+    lines += caption_lines(summary.get("samples", {}))
     if settings:
-        lines += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
+        lines += ["## Settings", "", "| setting | value |", "|---|---|"]
+        lines += [f"| {key} | {value!s} |" for key, value in _flat(settings).items()]
+        lines.append("")
     with atomic_path(md_path) as tmp:
         tmp.write_text("\n".join(lines), encoding="utf-8")
     return json_path, md_path
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted keys (`algorithm.clip_schedule.low`)."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _marked(record: dict[str, Any]) -> str:
+    """A caption with each word CHAIR found hallucinated in bold and struck through."""
+    words = set(record.get("hallucinated") or [])
+    text = " ".join(
+        f"**~~{w}~~**" if w.strip(".,;:!?").lower() in words else w
+        for w in record["caption"].split()
+    )
+    return text if record.get("hallucinated") is not None else f"{text} (not scored)"
+
+
+def caption_lines(samples: dict[str, list[dict[str, Any]]], count: int = 4) -> list[str]:
+    """The first held-out images' captions after the warm-up and after each RL variant, the
+    hallucinated words marked: what the table's CHAIR_i means on real captions."""
+    first = (samples.get("warm-up") or [{}])[0]
+    if len(samples) < 2 or not {"image_id", "caption"} <= set(first):  # captions only
+        return []
+    stages = list(samples)
+    lines = ["## Held-out captions (hallucinated words **~~marked~~**)", ""]
+    for i, record in enumerate(samples["warm-up"][:count]):
+        lines.append(f"- image {record['image_id']}:")
+        for stage in stages:
+            if i < len(samples[stage]):
+                lines.append(f"  - {stage}: {_marked(samples[stage][i])}")
+    return [*lines, ""]
 
 
 EVAL_COLUMNS = (
