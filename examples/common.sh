@@ -102,6 +102,14 @@ er_preflight() {
   local config="$1" mode=gpu env_file status=0
   shift
   er_smoke && mode=smoke
+  if ! "$ER_PYTHON" -c 'import importlib.metadata as m; m.version("verl")' >/dev/null 2>&1; then
+    # nothing to compose the recipe with: say what to install here (the smoke says it itself)
+    local no_verl
+    no_verl="$("$ER_PYTHON" -c 'from entropyrl.commands.preflight import NO_VERL; print(NO_VERL)' 2>/dev/null || echo "verl is not installed (docs/install.md)")"
+    er_fail "$no_verl"
+    er_dry_run && echo "# dry-run: the recipe's checks and the step's split need verl; skipped" >&2
+    return 0
+  fi
   local flags=(--mode "$mode")
   er_dry_run && flags+=(--dry-run)
   env_file="$(mktemp "${TMPDIR:-/tmp}/entropyrl_preflight.XXXXXX")"
@@ -223,7 +231,7 @@ er_require_gpu() {
     ER_N_GPUS_FROM="the config (no GPU here: $ER_GPUS_SEEN; N_GPUS=... plans another layout)"
   fi
   if ! command -v nvidia-smi >/dev/null 2>&1; then
-    er_fail "nvidia-smi not found: verl training needs NVIDIA GPUs (and vLLM: pip install 'verl[vllm]==0.9.1')"
+    er_fail "nvidia-smi not found: verl training needs NVIDIA GPUs (a GPU node installs pip install -e '.[gpu]', docs/install.md; here --dry-run plans the run and --smoke runs the recipe on the CPU)"
   elif [ "$ER_GPUS_HERE" -lt 1 ]; then
     er_fail "no GPU visible ($ER_GPUS_SEEN)"
   fi

@@ -183,6 +183,10 @@ def run_recipe(args: argparse.Namespace) -> int:
     from entropyrl.commands import preflight
 
     print(f"entropyrl doctor: can `{args.recipe}` train on this node?", flush=True)
+    if not preflight.verl_installed():
+        print(f"PROBLEM stack: {preflight.NO_VERL}")
+        print("1 problem(s): this run cannot start here as configured")
+        return 1
     try:
         config = preflight.compose_recipe(args.recipe, args.overrides)
         findings = preflight.config_findings(config)
@@ -197,12 +201,16 @@ def run_recipe(args: argparse.Namespace) -> int:
     findings += [f for f in preflight.prompt_findings(config) if f.ok]  # refusals: config
     findings += preflight.node_findings(config)
     for finding in findings:
-        print(f"{'ok     ' if finding.ok else 'PROBLEM'} {finding.check}: {finding.line}")
-    problems = sum(not f.ok for f in findings)
+        label = "ok     " if finding.ok else "PROBLEM" if finding.blocking else "warning"
+        print(f"{label} {finding.check}: {finding.line}")
+    # a version off verl's pins is a warning here as in the launch scripts and docs/install.md
+    problems = sum(not f.ok and f.blocking for f in findings)
+    warnings_ = sum(not f.ok and not f.blocking for f in findings)
+    also = f" ({warnings_} warning(s) above)" if warnings_ else ""
     print(
-        f"{problems} problem(s): this run cannot start here as configured"
+        f"{problems} problem(s): this run cannot start here as configured{also}"
         if problems
-        else "this run can start here"
+        else f"this run can start here{also}"
     )
     return 1 if problems else 0
 

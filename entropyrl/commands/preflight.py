@@ -59,9 +59,32 @@ class Finding:
     check: str  # config | stack | gpus | inputs | nodes
     ok: bool
     line: str
-    # False: the run may still start (a version off verl's pins); launch scripts warn, the
-    # doctor reports it as a problem.
+    # False: the run may still start (a version off verl's pins): a warning in the launch
+    # scripts, the dry run and the doctor alike.
     blocking: bool = True
+
+
+# What a GPU node installs (verl[vllm] at verl's pins, and ours): never a CPU machine's advice.
+GPU_INSTALL = "on the GPU node: pip install -e '.[gpu]' (docs/install.md)"
+# Without verl (and the Hydra it brings) no recipe can be composed. A planning machine needs
+# the CPU route, a GPU node the gpu extra: never the other way round (docs/install.md).
+NO_VERL = (
+    "verl is not installed (nor Hydra, which comes with it), so the recipe cannot be composed: "
+    "to plan on a CPU machine, the CPU route: pip install torch==2.13.0, then pip install -e "
+    "'.[local,verl]' (or bash tools/setup.sh dev; docs/install.md), never the gpu extra there; "
+    "on a GPU node: pip install -e '.[gpu]'"
+)
+
+
+def verl_installed() -> bool:
+    """Whether verl's distribution is installed here (read from its metadata, no import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("verl")
+    except PackageNotFoundError:
+        return False
+    return True
 
 
 def config_path(recipe: str) -> Path:
@@ -318,8 +341,7 @@ def stack_findings(config: Any) -> list[Finding]:
             + (
                 ""
                 if verl_version == SUPPORTED_VERL
-                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; "
-                f"pip install 'verl[vllm]=={SUPPORTED_VERL}'"
+                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; {GPU_INSTALL}"
             ),
         )
     )
@@ -334,8 +356,8 @@ def stack_findings(config: Any) -> list[Finding]:
                 Finding(
                     "stack",
                     False,
-                    f"{name} is not installed (rollout '{rollout}'): pip install "
-                    f"'verl[vllm]=={SUPPORTED_VERL}' (verl's pin: {name}{_pin(spec)})",
+                    f"{name} is not installed (rollout '{rollout}'): {GPU_INSTALL} "
+                    f"(verl's pin: {name}{_pin(spec)})",
                 )
             )
             continue
@@ -345,8 +367,8 @@ def stack_findings(config: Any) -> list[Finding]:
             line = f"{name} {found}" + (f" (verl {SUPPORTED_VERL} pins {name}{pin})" if pin else "")
         else:
             line = (
-                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; pip install "
-                f"'verl[vllm]=={SUPPORTED_VERL}' installs the tested stack"
+                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; {GPU_INSTALL} installs "
+                "the tested stack"
             )
         findings.append(Finding("stack", ok, line, blocking=False))
     driver = nvidia_driver()  # torch is imported only where there is a driver to compare
