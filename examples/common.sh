@@ -102,7 +102,7 @@ er_preflight() {
   local config="$1" mode=gpu env_file status=0
   shift
   er_smoke && mode=smoke
-  if ! "$ER_PYTHON" -c 'import importlib.metadata as m; m.version("verl")' >/dev/null 2>&1; then
+  if ! er_verl_version >/dev/null; then
     # nothing to compose the recipe with: say what to install here (the smoke says it itself)
     local no_verl
     no_verl="$("$ER_PYTHON" -c 'from entropyrl.commands.preflight import NO_VERL; print(NO_VERL)' 2>/dev/null || echo "verl is not installed (docs/install.md)")"
@@ -133,10 +133,15 @@ er_smoke_check() {
   "$ER_PYTHON" -m entropyrl.commands.smoke check "$1" --out "$ER_SMOKE_OUT" --ranks "$ER_RANKS"
 }
 
+# The installed verl's version, from its metadata (no import); non-zero when there is none.
+er_verl_version() {
+  "$ER_PYTHON" -c 'import importlib.metadata as m; print(m.version("verl"))' 2>/dev/null
+}
+
 # verl importable and the version this project is written for (one line, not a traceback).
 er_require_verl() {
   local found
-  if ! found="$("$ER_PYTHON" -c 'import importlib.metadata as m; print(m.version("verl"))' 2>/dev/null)"; then
+  if ! found="$(er_verl_version)"; then
     er_fail "verl is not installed in $ER_PYTHON (install it with: pip install 'verl[verl-core]==0.9.1', or bash tools/setup.sh dev)"
     return 0
   fi

@@ -158,17 +158,7 @@ def test_the_chair_examples_work_against_the_world_they_name(tmp_path) -> None:
     from entropyrl.data.synthetic import build_synthetic_coco
     from entropyrl.local.config import DemoConfig
 
-    cfg = DemoConfig()
-    build_synthetic_coco(
-        tmp_path,
-        num_train=cfg.num_train,
-        num_test=cfg.num_test,
-        image_size=cfg.image_size,
-        noise_rate=cfg.noise_rate,
-        max_objects=cfg.max_objects,
-        seed=cfg.seed,
-        write_images=False,
-    )
+    build_synthetic_coco(tmp_path, **DemoConfig().world_settings(), write_images=False)
     scorer = ChairScorer.from_coco(tmp_path, use_cache=False)
     examples = []
     for page in (README, ROOT / "docs" / "chair_service.md"):

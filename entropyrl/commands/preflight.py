@@ -78,13 +78,7 @@ NO_VERL = (
 
 def verl_installed() -> bool:
     """Whether verl's distribution is installed here (read from its metadata, no import)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("verl")
-    except PackageNotFoundError:
-        return False
-    return True
+    return _version("verl") is not None
 
 
 def config_path(recipe: str) -> Path:

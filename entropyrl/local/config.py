@@ -209,6 +209,17 @@ class DemoConfig:
         for variant in self.variants():
             parse_variant(variant)
 
+    def world_settings(self, seed: int | None = None) -> dict[str, Any]:
+        """`build_synthetic_coco`'s settings of this run's world (`seed` default: the run's)."""
+        return {
+            "num_train": self.num_train,
+            "num_test": self.num_test,
+            "image_size": self.image_size,
+            "noise_rate": self.noise_rate,
+            "max_objects": self.max_objects,
+            "seed": self.seed if seed is None else seed,
+        }
+
     def variants(self) -> list[str]:
         """The RL variants to run: `--compare`, else the one given by `--adv`/`--clip-schedule`."""
         if self.compare:

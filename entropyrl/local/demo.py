@@ -127,13 +127,17 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
 RUN_FILES = ("metrics.jsonl", "summary.json", "summary.md")
 
 
+def _holds_run(folder: str) -> bool:
+    return any((Path(folder) / name).exists() for name in RUN_FILES)
+
+
 def output_folder(out: str, overwrite: bool) -> str:
     """`out`, or when it holds an earlier run (and `overwrite` is off) the first free
     `<out>-2`, `<out>-3`, ...: a second run never replaces the first without being asked."""
-    if overwrite or not any((Path(out) / name).exists() for name in RUN_FILES):
+    if overwrite or not _holds_run(out):
         return out
     number = 2
-    while any((Path(f"{out}-{number}") / name).exists() for name in RUN_FILES):
+    while _holds_run(f"{out}-{number}"):
         number += 1
     return f"{out}-{number}"
 

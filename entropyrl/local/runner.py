@@ -260,15 +260,7 @@ class CaptionSession:
         torch.set_num_threads(cfg.threads)
         seed_everything(self.seed)
         self.device = pick_device(cfg.device)
-        self.world = build_synthetic_coco(
-            world_dir,
-            num_train=cfg.num_train,
-            num_test=cfg.num_test,
-            image_size=cfg.image_size,
-            noise_rate=cfg.noise_rate,
-            max_objects=cfg.max_objects,
-            seed=self.seed,
-        )
+        self.world = build_synthetic_coco(world_dir, **cfg.world_settings(seed=self.seed))
         if cfg.model:
             self.model, self.tokenizer = load_pretrained(cfg.model, vision=True)
         else:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from entropyrl.verl.reward_failures import AUTH, Failure
 
-__all__ = ["LostSamples", "LostSamplesError", "account", "sessions_received"]
+__all__ = ["LostSamples", "LostSamplesError", "account", "refused_token", "sessions_received"]
 
 SETTING = "algorithm.lost_samples.max_fraction"
 # Where verl's agent loop logs a failed session (the cause of losses no reward reported).
@@ -65,6 +65,13 @@ def _causes(failures: Sequence[tuple[Failure, int]]) -> str:
     return "reward calls failed: " + shown + (f"; and {more} other message(s)" if more > 0 else "")
 
 
+def refused_token(where: str, failures: Sequence[tuple[Failure, int]]) -> str | None:
+    """The stop line when a reported failure is a refused CHAIR token (a setup error that every
+    further call would repeat), else None."""
+    refused = [failure for failure, _ in failures if failure.kind == AUTH]
+    return f"{where}: the reward stopped the run: {refused[0].line()}" if refused else None
+
+
 def account(
     *,
     where: str,
@@ -83,19 +90,15 @@ def account(
         "rollout/lost_samples": float(lost),
         "rollout/reward_failures": float(sum(count for _, count in failures)),
     }
-    refused = [failure for failure, _ in failures if failure.kind == AUTH]
-    if refused:
-        stop = f"{where}: the reward stopped the run: {refused[0].line()}"
-    elif expected > 0 and received == 0:
+    stop = refused_token(where, failures)
+    if stop is None and expected > 0 and received == 0:
         stop = f"{where}: every one of {expected} samples was lost; {_causes(failures)}"
-    elif lost > allowed:
+    elif stop is None and lost > allowed:
         stop = (
             f"{where}: {lost} of {expected} samples lost, more than {SETTING}={max_fraction:g} "
             f"allows ({allowed}); {_causes(failures)}. Fix the cause, or raise the limit to "
             "train on the rest"
         )
-    else:
-        stop = None
     warning = None
     if stop is None and lost:
         warning = (

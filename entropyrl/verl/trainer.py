@@ -60,7 +60,12 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import advantage_inputs
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
-from entropyrl.verl.lost_samples import LostSamplesError, account, sessions_received
+from entropyrl.verl.lost_samples import (
+    LostSamplesError,
+    account,
+    refused_token,
+    sessions_received,
+)
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
@@ -218,6 +223,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         # Misspelt or out-of-range algorithm settings stop the run here, before any worker.
         self._specs = algorithm_specs(config.algorithm)
+        self._failures: list[tuple[reward_failures.Failure, int]] = []  # reported, not counted
         super().__init__(config, *args, **kwargs)
         path = os.environ.get(RESOLVED_CONFIG_ENV)
         if path:
@@ -255,9 +261,14 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     def _reported_failures(self) -> list[tuple[reward_failures.Failure, int]]:
         """The failures the reward workers reported since the last batch was counted."""
-        held = self.__dict__.setdefault("_failures", [])
-        held.extend(reward_failures.drain())
-        return held
+        self._failures.extend(reward_failures.drain())
+        return self._failures
+
+    @staticmethod
+    def _stop(line: str) -> None:
+        """Stop the run for lost samples: the line on the driver's stderr, then the error."""
+        print(f"entropyrl: {line}", file=sys.stderr, flush=True)
+        raise LostSamplesError(line)
 
     def _count_samples(
         self, batch: Any, global_steps: int, partition_id: str, batch_size: int
@@ -276,8 +287,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         )
         self._failures = []
         if verdict.stop:
-            print(f"entropyrl: {verdict.stop}", file=sys.stderr, flush=True)
-            raise LostSamplesError(verdict.stop)
+            self._stop(verdict.stop)
         if verdict.warning:
             print(f"entropyrl: warning: {verdict.warning}", file=sys.stderr, flush=True)
         return {} if validating else verdict.metrics
@@ -285,11 +295,9 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def _add_prompts_to_generate(self, num_prompts: int) -> int:
         # verl refills failed groups here when asked to (sync_refill_failed_groups): a refused
         # token would fail every refill, so it stops the run before the next one
-        refused = [f for f, _ in self._reported_failures() if f.kind == reward_failures.AUTH]
-        if refused:
-            message = f"step {self.global_steps}: the reward stopped the run: {refused[0].line()}"
-            print(f"entropyrl: {message}", file=sys.stderr, flush=True)
-            raise LostSamplesError(message)
+        stop = refused_token(f"step {self.global_steps}", self._reported_failures())
+        if stop:
+            self._stop(stop)
         return super()._add_prompts_to_generate(num_prompts)
 
     def on_init_end(self) -> None:
