@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.data.cli",  # prepare coco | fc
     "entropyrl.commands.doctor",  # doctor
     "entropyrl.commands.eval_caption",  # eval caption
+    "entropyrl.commands.launch",  # launch (the examples/ training scripts)
 )
 
 

@@ -49,129 +49,16 @@
 # trainer keeps its URL), with one line on stderr each time; meanwhile the reward's client
 # takes its fallback. Without a GPU, data or model it stops at once and says what is missing.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-er_parse_args "$@"
-if er_smoke; then
-  er_smoke_plan caption runs/chair_mscoco_smoke
-fi
-
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
 MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
-DATA_DIR="${DATA_DIR:-$ER_ROOT/data/coco}"
-CHAIR_TIMEOUT="${CHAIR_TIMEOUT:-300}"
+DATA_DIR="${DATA_DIR:-$root/data/coco}"
 
-# 1. prerequisites, cheapest first; the config before anything starts
-er_smoke || er_require_gpu
-overrides=(
-  "data.train_files=$DATA_DIR/train.parquet"
-  "data.val_files=$DATA_DIR/val.parquet"
-  "actor_rollout_ref.model.path=$MODEL_PATH"
-  "reward.custom_reward_function.reward_kwargs.cider_df=$DATA_DIR/cider_df.json.gz"
-)
-mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
-er_lora_overrides vision
-overrides+=("${ER_LORA_OVERRIDES[@]}")
-er_caption_experiment
-overrides+=("${ER_EXPERIMENT_OVERRIDES[@]}")
-er_preflight chair_mscoco "${overrides[@]}" "${ER_ARGS[@]}"
-if er_smoke; then
-  er_smoke_build
-fi
-er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare coco --annotations ... --images ... --out $DATA_DIR"
-er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare coco"
-er_require_file "$DATA_DIR/cider_df.json.gz" "CIDEr-D document frequencies, written by entropyrl prepare coco"
-if [ -n "${CHAIR_COCO:-}" ]; then
-  [ -d "$CHAIR_COCO" ] || er_fail "CHAIR_COCO=$CHAIR_COCO is not a folder"
-  chair_source=(--coco "$CHAIR_COCO")
-else
-  er_require_file "$DATA_DIR/chair_ground_truth.json" "CHAIR ground truth, written by entropyrl prepare coco (or set CHAIR_COCO)"
-  chair_source=(--ground-truth "$DATA_DIR/chair_ground_truth.json")
-fi
-er_require_model "$MODEL_PATH"
-er_dry_run || er_require_plugin
-
-# 2. the CHAIR service on a free port, supervised (restarted on that port if it dies), stopped
-#    on any exit. chair_pid is the supervisor: SIGTERM to it stops the service, then itself.
-#    On one node it listens on the loopback; on several, the reward workers of every node must
-#    reach it: it listens on this node's address and wants the token from every client.
-chair_host="${CHAIR_HOST:-}"
-if [ -z "$chair_host" ]; then
-  chair_host=127.0.0.1
-  if [ "${ER_NNODES:-1}" -gt 1 ]; then
-    chair_host="$(er_node_address)"
-  fi
-fi
-if ! er_loopback "$chair_host" && [ -z "${CHAIR_SERVER_TOKEN:-}" ]; then
-  er_fail "the CHAIR service would listen on $chair_host, where other machines reach it (${ER_NNODES:-1} node(s)), so it needs a token: export CHAIR_SERVER_TOKEN=<a secret> here and on every node before 'ray start' (the reward workers read it there)"
-fi
-workdir="$(mktemp -d "${TMPDIR:-/tmp}/chair_mscoco.XXXXXX")"
-# The service's log stays in the run's folder (the checkpoint folder; a smoke's DIR), appended
-# to across resumes: what it said survives a crash.
-if er_smoke; then
-  chair_log="$ER_SMOKE_OUT/chair_server.log"
-else
-  chair_log="${ER_CHECKPOINT_DIR:-.}/chair_server.log"
-fi
-chair_cmd=("$ER_PYTHON" -m chair_server "${chair_source[@]}" --host "$chair_host" --port 0 --ready-file "$workdir/url" --supervise)
-chair_pid=""
-cleanup() {
-  if [ -n "$chair_pid" ] && kill -0 "$chair_pid" 2>/dev/null; then
-    kill "$chair_pid" 2>/dev/null || true
-    wait "$chair_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-if er_dry_run; then
-  echo "$(er_print_cmd "${chair_cmd[@]}") &"
-  chair_url="http://$chair_host:PORT"  # the real port comes from the ready file
-else
-  # the service's own output goes to its log; the supervisor's restart lines to stderr
-  mkdir -p "$(dirname "$chair_log")"
-  echo "== $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(er_print_cmd "${chair_cmd[@]}")" >>"$chair_log"
-  "${chair_cmd[@]}" >>"$chair_log" &
-  chair_pid=$!
-  deadline=$((SECONDS + CHAIR_TIMEOUT))
-  chair_up=0
-  while :; do
-    if [ -s "$workdir/url" ] && "$ER_PYTHON" - "$(cat "$workdir/url")" >/dev/null 2>&1 <<'EOF'; then
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1] + "/health", timeout=2) as response:
-    sys.exit(0 if response.status == 200 else 1)
-EOF
-      chair_up=1
-      break
-    fi
-    if ! kill -0 "$chair_pid" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
-      break
-    fi
-    sleep 1
-  done
-  if [ "$chair_up" = 1 ]; then
-    chair_url="$(cat "$workdir/url")"
-    echo "CHAIR service: $chair_url (supervisor pid $chair_pid: restarted on this port if it dies; log: $chair_log)"
-  elif [ "${CHAIR_OPTIONAL:-0}" = 1 ]; then
-    echo "warning: the CHAIR service did not come up (last lines of its log below); training" \
-      "continues without CHAIR scores (CHAIR_OPTIONAL=1): CIDEr-D reward only, neutral clip" \
-      "bounds, counted in chair/fallback_samples" >&2
-    tail -n 5 "$chair_log" >&2 || true
-    # An address nothing listens on: the reward's client takes its documented fallback at
-    # every batch, which the metrics count (the same path as a service that dies mid-run).
-    chair_url="$(cat "$workdir/url" 2>/dev/null || true)"
-    chair_url="${chair_url:-http://127.0.0.1:9}"
-  else
-    tail -n 5 "$chair_log" >&2 || true
-    er_fail "the CHAIR service did not come up within ${CHAIR_TIMEOUT}s (the last lines of its log are above); CHAIR_OPTIONAL=1 trains without it (CIDEr-D reward only, neutral clip bounds, counted in chair/fallback_samples)"
-  fi
-fi
-
-# 3. training: verl's own entry point, our config, the caller's overrides last
-er_train_cmd chair_mscoco "${overrides[@]}" \
-  "reward.custom_reward_function.reward_kwargs.chair_url=$chair_url" \
-  "${ER_ARGS[@]}"
-er_train
-if er_smoke; then
-  er_smoke_check caption
-fi
+# `entropyrl launch` checks and starts what the run needs (above), then runs this command with
+# the CHAIR service's URL, EXPERIMENT's and LORA_RANK's overrides, and yours last.
+exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
+  "$PYTHON" -m verl.trainer.main_ppo --config-path "$root/configs" --config-name chair_mscoco \
+  data.train_files="$DATA_DIR/train.parquet" \
+  data.val_files="$DATA_DIR/val.parquet" \
+  actor_rollout_ref.model.path="$MODEL_PATH" \
+  reward.custom_reward_function.reward_kwargs.cider_df="$DATA_DIR/cider_df.json.gz"

@@ -16,5 +16,15 @@
 # Checkpoints go to checkpoints/entropyrl_function_calling/egpo_function_calling; compare the
 # two runs with examples/eval_function_calling.sh.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-er_fc_main egpo_function_calling "$@"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
+DATA_DIR="${DATA_DIR:-$root/data/fc}"
+
+# `entropyrl launch` checks what the run needs (above), then runs this command with
+# LORA_RANK's overrides and yours last.
+exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
+  "$PYTHON" -m verl.trainer.main_ppo --config-path "$root/configs" --config-name egpo_function_calling \
+  data.train_files="$DATA_DIR/train.parquet" \
+  data.val_files="$DATA_DIR/test.parquet" \
+  actor_rollout_ref.model.path="$MODEL_PATH"

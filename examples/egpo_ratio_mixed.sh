@@ -19,34 +19,15 @@
 #                       LORA_ALPHA (default 2 x rank), LORA_LR (default 1e-5); docs/lora.md
 #   PYTHON, DRY_RUN=1   interpreter; print the command instead of running it
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-er_parse_args "$@"
-if er_smoke; then
-  er_smoke_plan mixed runs/egpo_ratio_mixed_smoke
-fi
-
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
 MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B}"
-DATA_DIR="${DATA_DIR:-$ER_ROOT/data/mixed_debug}"
+DATA_DIR="${DATA_DIR:-$root/data/mixed_debug}"
 
-er_smoke || er_require_gpu
-overrides=(
-  "data.train_files=$DATA_DIR/train.parquet"
-  "data.val_files=$DATA_DIR/val.parquet"
-  "actor_rollout_ref.model.path=$MODEL_PATH"
-)
-mapfile -t -O "${#overrides[@]}" overrides < <(er_gpus_override)
-er_lora_overrides text
-overrides+=("${ER_LORA_OVERRIDES[@]}" "${ER_ARGS[@]}")
-er_preflight egpo_ratio_mixed "${overrides[@]}"
-if er_smoke; then
-  er_smoke_build
-fi
-er_require_file "$DATA_DIR/train.parquet" "run: entropyrl prepare mixed-debug --out $DATA_DIR"
-er_require_file "$DATA_DIR/val.parquet" "written by entropyrl prepare mixed-debug"
-er_require_model "$MODEL_PATH"
-er_dry_run || er_require_plugin
-er_train_cmd egpo_ratio_mixed "${overrides[@]}"
-er_train
-if er_smoke; then
-  er_smoke_check mixed
-fi
+# `entropyrl launch` checks what the run needs (above), then runs this command with
+# LORA_RANK's overrides and yours last.
+exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
+  "$PYTHON" -m verl.trainer.main_ppo --config-path "$root/configs" --config-name egpo_ratio_mixed \
+  data.train_files="$DATA_DIR/train.parquet" \
+  data.val_files="$DATA_DIR/val.parquet" \
+  actor_rollout_ref.model.path="$MODEL_PATH"

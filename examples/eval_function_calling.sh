@@ -22,71 +22,16 @@
 #   BFCL_CHECK    auto (default: BFCL accuracy when bfcl-eval is installed), require, or off
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-er_parse_args "$@"
-[ "${#ER_ARGS[@]}" -eq 0 ] || er_fail "unexpected arguments: ${ER_ARGS[*]}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+DATA_DIR="${DATA_DIR:-$root/data/fc}"
 
-CKPT_ROOT="${CKPT_ROOT:-$PWD/checkpoints/entropyrl_function_calling}"
-RUNS="${RUNS:-grpo egpo}"
-DATA_DIR="${DATA_DIR:-$ER_ROOT/data/fc}"
-OUT_DIR="${OUT_DIR:-$ER_ROOT/eval/function_calling}"
-MAX_NEW_TOKENS="${MAX_NEW_TOKENS:-8192}"
-TP="${TP:-1}"
-BFCL_CHECK="${BFCL_CHECK:-auto}"
-
-er_require_gpu
-er_require_file "$DATA_DIR/test.parquet" "written by entropyrl prepare fc"
-if er_dry_run; then
-  echo "# dry-run: resources: generation on TP=$TP GPU(s), one model at a time ($ER_GPUS_SEEN)" >&2
-  [ "$ER_GPUS_HERE" -ge 1 ] || er_note_no_gpu "generation" ""
-fi
-
-# Evaluation sets: the held-out split, then each BFCL category.
-eval_sets=("test=$DATA_DIR/test.parquet")
-if [ -n "${BFCL_DIR:-}" ]; then
-  [ -d "$BFCL_DIR" ] || er_fail "BFCL_DIR=$BFCL_DIR is not a folder"
-  shopt -s nullglob
-  for parquet in "$BFCL_DIR"/*.parquet "$BFCL_DIR"/*/test.parquet; do
-    name="$(basename "$parquet" .parquet)"
-    [ "$name" = "test" ] && name="$(basename "$(dirname "$parquet")")"
-    eval_sets+=("$name=$parquet")
-  done
-  shopt -u nullglob
-fi
-
-# The last global_step_N of a run (N compared numerically).
-latest_step() {
-  local dir="$1/$2_function_calling" best="" step
-  for step in "$dir"/global_step_*; do
-    [ -d "$step" ] || continue
-    if [ -z "$best" ] || [ "${step##*_}" -gt "${best##*_}" ]; then best="$step"; fi
-  done
-  echo "$best"
-}
-
-results=()
-for run in $RUNS; do
-  step="$(latest_step "$CKPT_ROOT" "$run")"
-  if [ -z "$step" ]; then
-    er_fail "no checkpoint under $CKPT_ROOT/${run}_function_calling (train with examples/${run}_function_calling.sh, trainer.save_freq > 0)"
-    step="$CKPT_ROOT/${run}_function_calling/global_step_N"
-  fi
-  model="$OUT_DIR/$run/hf"
-  er_run "$ER_PYTHON" -m verl.model_merger merge --backend fsdp --local_dir "$step/actor" --target_dir "$model"
-  if [ -f "$step/actor/lora_train_meta.json" ]; then
-    # a LoRA run: the merger wrote the base and $model/lora_adapter; evaluate base + adapter
-    er_run "$ER_PYTHON" -m entropyrl.commands.merge_lora "$model" --out "$model/merged"
-    model="$model/merged"
-  fi
-  generations=()
-  for entry in "${eval_sets[@]}"; do
-    name="${entry%%=*}"
-    er_run "$ER_PYTHON" -m entropyrl.commands.evaluate generate --model "$model" --data "${entry#*=}" \
-      --out "$OUT_DIR/$run/$name.jsonl" --max-new-tokens "$MAX_NEW_TOKENS" --tensor-parallel-size "$TP"
-    generations+=("$OUT_DIR/$run/$name.jsonl")
-  done
-  er_run "$ER_PYTHON" -m entropyrl.commands.evaluate score --name "$run" --bfcl "$BFCL_CHECK" \
-    --generations "${generations[@]}" --out "$OUT_DIR/$run/result.json"
-  results+=(--result "${run^^}=$OUT_DIR/$run/result.json")
-done
-er_run "$ER_PYTHON" -m entropyrl.commands.evaluate table "${results[@]}" --out "$OUT_DIR/table.md"
+# `entropyrl launch` checks the GPUs and the test split, then runs this command: for each run,
+# verl's model merger on its last checkpoint, generation on every set, scoring; then the table.
+# shellcheck disable=SC2086  # RUNS is a list of run names
+exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
+  "$PYTHON" -m entropyrl.commands.evaluate compare --runs ${RUNS:-grpo egpo} \
+  --checkpoints "${CKPT_ROOT:-$PWD/checkpoints/entropyrl_function_calling}" \
+  --data "$DATA_DIR/test.parquet" --bfcl-dir "${BFCL_DIR:-}" \
+  --out "${OUT_DIR:-$root/eval/function_calling}" --bfcl "${BFCL_CHECK:-auto}" \
+  --max-new-tokens "${MAX_NEW_TOKENS:-8192}" --tensor-parallel-size "${TP:-1}" --python "$PYTHON"

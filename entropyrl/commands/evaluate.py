@@ -3,6 +3,13 @@
     python -m entropyrl.commands.evaluate generate --model HF_DIR --data test.parquet --out gen.jsonl
     python -m entropyrl.commands.evaluate score --generations gen.jsonl --out result.json
     python -m entropyrl.commands.evaluate table --result GRPO=grpo.json --result EGPO=egpo.json
+    python -m entropyrl.commands.evaluate compare --runs grpo egpo --checkpoints DIR \
+        --data test.parquet --out eval/function_calling [--bfcl-dir DIR] [--dry-run]
+
+`compare` is the whole comparison (examples/eval_function_calling.sh): for each run, verl's model
+merger on its last checkpoint (and `entropyrl.commands.merge_lora` for a LoRA run), `generate` on
+the test split and every BFCL category, `score`; then `table`. Each step runs in a process of
+its own; `--dry-run` prints the steps instead.
 
 `generate` needs vLLM and a GPU (greedy decoding, the chat template of the merged model); `score`
 and `table` are plain Python. Two accuracies are reported:
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -221,6 +229,90 @@ def generate(
     return len(table)
 
 
+def latest_step(run_dir: Path) -> Path | None:
+    """The last `global_step_N` folder of a run (N compared numerically)."""
+    steps = [p for p in run_dir.glob("global_step_*") if p.is_dir()]
+    steps = [p for p in steps if p.name.rpartition("_")[2].isdigit()]
+    return max(steps, key=lambda p: int(p.name.rpartition("_")[2]), default=None)
+
+
+def evaluation_sets(data: str, bfcl_dir: str | None) -> list[tuple[str, str]]:
+    """The held-out split (`test`), then each BFCL category of `bfcl_dir`: `<category>.parquet`
+    or `<category>/test.parquet`."""
+    sets = [("test", data)]
+    if bfcl_dir:
+        folder = Path(bfcl_dir)
+        for parquet in [*sorted(folder.glob("*.parquet")), *sorted(folder.glob("*/test.parquet"))]:
+            name = parquet.parent.name if parquet.stem == "test" else parquet.stem
+            sets.append((name, str(parquet)))
+    return sets
+
+
+def comparison_steps(args: argparse.Namespace) -> list[list[str]]:
+    """The commands of `compare`, in order (a missing checkpoint: `SystemExit(2)`, or a note and
+    a placeholder in a dry run)."""
+    python, out, checkpoints = args.python, Path(args.out), Path(args.checkpoints)
+    evaluate = [python, "-m", "entropyrl.commands.evaluate"]
+    if args.bfcl_dir and not Path(args.bfcl_dir).is_dir():
+        _problem(args, f"BFCL_DIR={args.bfcl_dir} is not a folder")
+    sets = evaluation_sets(args.data, args.bfcl_dir)
+    steps: list[list[str]] = []
+    results: list[str] = []
+    for run in args.runs:
+        run_dir = checkpoints / f"{run}_function_calling"
+        step = latest_step(run_dir)
+        if step is None:
+            _problem(
+                args,
+                f"no checkpoint under {run_dir} (train with examples/{run}_function_calling.sh, "
+                "trainer.save_freq > 0)",
+            )
+            step = run_dir / "global_step_N"
+        model = out / run / "hf"
+        merge = ["merge", "--backend", "fsdp", "--local_dir", str(step / "actor")]
+        steps.append([python, "-m", "verl.model_merger", *merge, "--target_dir", str(model)])
+        if (step / "actor" / "lora_train_meta.json").is_file():
+            # a LoRA run: the merger wrote the base and model/lora_adapter; evaluate both merged
+            merged = ["--out", str(model / "merged")]
+            steps.append([python, "-m", "entropyrl.commands.merge_lora", str(model), *merged])
+            model = model / "merged"
+        generations = []
+        for name, data in sets:
+            generations.append(str(out / run / f"{name}.jsonl"))
+            lengths = ["--max-new-tokens", str(args.max_new_tokens)]
+            lengths += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
+            generate = ["generate", "--model", str(model), "--data", data]
+            steps.append([*evaluate, *generate, "--out", generations[-1], *lengths])
+        score = ["score", "--name", run, "--bfcl", args.bfcl, "--generations", *generations]
+        steps.append([*evaluate, *score, "--out", str(out / run / "result.json")])
+        results += ["--result", f"{run.upper()}={out / run / 'result.json'}"]
+    table = [*evaluate, "table", *results]
+    return [*steps, [*table, "--out", str(out / "table.md")]]
+
+
+def _problem(args: argparse.Namespace, line: str) -> None:
+    if args.dry_run:
+        print(f"# dry-run: prerequisite not met: {line}", file=sys.stderr)
+        return
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Run (or, in a dry run, print) the steps of the comparison; stop at the first failure."""
+    import shlex
+    import subprocess
+
+    for step in comparison_steps(args):
+        if args.dry_run:
+            print(shlex.join(step), flush=True)
+            continue
+        status = subprocess.run(step).returncode
+        if status != 0:
+            return status
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m entropyrl.commands.evaluate", description=__doc__
@@ -246,8 +338,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = commands.add_parser("table", help="markdown comparison of result files")
     table.add_argument("--result", action="append", required=True, metavar="NAME=FILE")
     table.add_argument("--out", default=None, help="also write the table here")
+    both = commands.add_parser(
+        "compare",
+        help="merge each run's last checkpoint, generate, score and tabulate (the whole comparison)",
+    )
+    both.add_argument(
+        "--runs", nargs="+", required=True, help="runs: CHECKPOINTS/<run>_function_calling"
+    )
+    both.add_argument("--checkpoints", required=True, help="verl's checkpoint root of the runs")
+    both.add_argument("--data", required=True, help="the held-out parquet (entropyrl prepare fc)")
+    both.add_argument(
+        "--bfcl-dir",
+        default="",
+        help="folder of BFCL category parquets (<category>.parquet or <category>/test.parquet)",
+    )
+    both.add_argument("--out", required=True, help="results: merged models, generations, table.md")
+    both.add_argument(
+        "--max-new-tokens", type=int, default=8192, help="generation length (default 8192)"
+    )
+    both.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's (default 1)")
+    both.add_argument(
+        "--bfcl",
+        choices=("auto", "require", "off"),
+        default="auto",
+        help="BFCL accuracy: auto = when installed (default)",
+    )
+    both.add_argument(
+        "--python",
+        default=os.environ.get("PYTHON") or "python3",
+        help="interpreter of each step (default: $PYTHON, else python3)",
+    )
+    both.add_argument("--dry-run", action="store_true", help="print the steps instead")
     args = parser.parse_args(argv)
 
+    if args.command == "compare":
+        return compare(args)
     if args.command == "generate":
         n = generate(
             args.model,

@@ -601,15 +601,15 @@ def node_findings(config: Any) -> list[Finding]:
     return [Finding("nodes", True, f"checkpoints: {folder} ({kind or 'unknown'} file system)")]
 
 
-def write_env(config: Any, path: Path, *, nothing_to_do: bool = False) -> None:
-    """Shell assignments the launch script reads from the composed config."""
-    values = {
+def run_values(config: Any, *, nothing_to_do: bool = False) -> dict[str, str]:
+    """What the launcher reads from the composed config: nodes, GPUs per node, the checkpoint
+    folder, and whether the checkpoint is already at the run's last step."""
+    return {
         "ER_NNODES": str(int(_select(config, "trainer.nnodes", 1))),
         "ER_GPUS_PER_NODE": str(int(_select(config, "trainer.n_gpus_per_node", 0))),
         "ER_CHECKPOINT_DIR": str(_select(config, "trainer.default_local_dir", "")),
         "ER_NOTHING_TO_DO": "1" if nothing_to_do else "0",
     }
-    path.write_text("".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items()))
 
 
 def _say(text: str) -> None:
@@ -684,13 +684,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     args.overrides = argv[split + 1 :]
+    status, values = check(args.config, args.overrides, mode=args.mode, dry_run=args.dry_run)
+    if args.env_out is not None and values:
+        args.env_out.write_text(
+            "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
+        )
+    return status
+
+
+def check(
+    recipe: str, overrides: Sequence[str], *, mode: str = "gpu", dry_run: bool = False
+) -> tuple[int, dict[str, str]]:
+    """Compose `recipe` with `overrides` and check it, one line on stderr per finding (notes in
+    a dry run). Returns the exit status (2: something would stop the run) and `run_values`
+    (empty when the recipe did not compose)."""
     try:
-        config = compose_recipe(args.config, args.overrides)
+        config = compose_recipe(recipe, overrides)
     except Exception as error:  # Hydra's composition errors: one line, not a traceback
-        _say(f"error: {composition_problem(args.config, error, args.overrides)}")
-        return 2
+        _say(f"error: {composition_problem(recipe, error, overrides)}")
+        return 2, {}
     findings = config_findings(config)  # with the prompt bound's refusals
-    if args.dry_run and not findings:
+    if dry_run and not findings:
         from entropyrl.verl.geometry import batch_geometry, describe
 
         reference, critic = run_roles(config)
@@ -701,14 +715,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"# dry-run: {finding.line}")
         for line in budget_lines(config):
             _say(f"# dry-run: budget: {line}")
-    if args.mode == "gpu":
+    if mode == "gpu":
         # No GPU at all is the launch script's own first check (and a dry run's note).
         gpus = gpu_findings(config) if visible_gpus() > 0 else []
         environment = [*stack_findings(config), *gpus, *node_findings(config)]
         for finding in environment:
             if finding.ok:
                 continue
-            if args.dry_run:
+            if dry_run:
                 verdict = "would stop" if finding.blocking else "would warn"
                 _say(f"# dry-run: {verdict}: {finding.line}")
             elif finding.blocking:
@@ -722,12 +736,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if decision.kind == "other_run":
         findings.append(Finding("checkpoints", False, decision.line))
     elif decision.kind in ("resume", "unknown", "finished") and not findings:
-        _say(f"# dry-run: {decision.line}" if args.dry_run else decision.line)
-    if args.env_out is not None:
-        write_env(config, args.env_out, nothing_to_do=decision.kind == "finished")
+        _say(f"# dry-run: {decision.line}" if dry_run else decision.line)
+    values = run_values(config, nothing_to_do=decision.kind == "finished")
     for finding in findings:
         _say(f"error: {finding.line}")
-    return 2 if findings else 0
+    return (2 if findings else 0), values
 
 
 if __name__ == "__main__":

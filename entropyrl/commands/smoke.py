@@ -131,8 +131,11 @@ def run_overrides(settings: SmokeSettings, assets: Path, out: Path) -> list[str]
     return overrides
 
 
-def write_run_files(settings: SmokeSettings, assets: Path, out: Path) -> None:
-    """`out/smoke.env` (sourced by the launch script) and `out/overrides.txt` (one per line).
+def write_run_files(
+    settings: SmokeSettings, assets: Path, out: Path
+) -> tuple[dict[str, str], list[str]]:
+    """`out/smoke.env` (the run's environment, read by examples/eval_chair_mscoco.sh) and
+    `out/overrides.txt` (one per line); returns both.
 
     A run folder without a checkpoint starts over: its metrics and trace are cleared. With one,
     the run resumes (or stops, when it is finished) and its files are kept.
@@ -155,6 +158,7 @@ def write_run_files(settings: SmokeSettings, assets: Path, out: Path) -> None:
         (out / "metrics.jsonl").unlink(missing_ok=True)
         for path in (out / "trace").glob("*.jsonl") if (out / "trace").is_dir() else ():
             path.unlink()
+    return env, overrides
 
 
 # -- running the trainer ----------------------------------------------------------------------

@@ -100,9 +100,10 @@ def gpu_node(tmp_path: Path, truth: str, trainer_case: str) -> tuple[dict[str, s
     python = write_executable(
         tmp_path / "python",
         "#!/bin/sh\n"
-        'case " $* " in\n'
-        f'  *" verl.trainer.main_ppo "*) {trainer_case} ;;\n'
-        '  *" entropyrl doctor "*) exit 0 ;;\n'
+        # matched on the first words: the launcher's own command line holds the trainer's too
+        'case "$1 $2 $3" in\n'
+        f'  "-m verl.trainer.main_ppo "*) {trainer_case} ;;\n'
+        '  "-m entropyrl doctor") exit 0 ;;\n'
         "esac\n"
         f'exec "{sys.executable}" "$@"\n',
     )
