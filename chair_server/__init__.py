@@ -5,6 +5,13 @@ No torch import anywhere in this package: it runs on any machine with Python and
 
 __version__ = "0.2.0.dev0"
 
-from chair_server.scorer import ChairScorer
-
 __all__ = ["ChairScorer", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    # the scorer loads on first use: `chair_server.options` (every command line) stays light
+    if name == "ChairScorer":
+        from chair_server.scorer import ChairScorer
+
+        return ChairScorer
+    raise AttributeError(f"module 'chair_server' has no attribute {name!r}")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+
+from chair_server.options import OneLineParser, add_options, to_command_line
 
 # --max-body-mb bounds: under 1 KiB no real request fits; over 1 GiB one request could exhaust memory
 MIN_BODY_MB = 1 / 1024
@@ -170,44 +169,19 @@ class ServerSettings:
         return found
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Errors as one line on stderr, exit status 2 (launchers show the last line)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
     """Command line -> validated ServerSettings (flags mirror the dataclass fields)."""
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog="python -m chair_server", description="CHAIR object-hallucination scoring service"
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    types = {
-        "port": int,
-        "workers": int,
-        "max_batch": int,
-        "max_body_mb": float,
-        "max_caption_chars": int,
-        "max_connections": int,
-        "channel_timeout": float,
-        "drain_timeout": float,
-        "parent_pid": int,
-    }
-    for f in fields(ServerSettings):
-        flag = "--" + f.name.replace("_", "-")
-        target = source if f.name in ("coco", "ground_truth") else parser
-        if f.default is False:  # a switch
-            target.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
-            continue
-        target.add_argument(
-            flag,
-            dest=f.name,
-            type=types.get(f.name, str),
-            default=f.default,
-            help=f.metadata["help"],
-        )
+    # the help texts name their defaults; a switch is off unless given
+    add_options(
+        parser,
+        ServerSettings,
+        show_default=False,
+        negatable=False,
+        exclusive=("coco", "ground_truth"),
+    )
     args = vars(parser.parse_args(argv))
     if args["token"] is None:
         args["token"] = os.environ.get("CHAIR_SERVER_TOKEN") or None
@@ -224,11 +198,4 @@ def command_line(settings: ServerSettings, *, leave_out: tuple[str, ...] = ()) -
     The token is never put on a command line (other users can read it there): pass it in
     ``CHAIR_SERVER_TOKEN``.
     """
-    args: list[str] = []
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        if f.name in (*leave_out, "token") or value == f.default:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
-    return args
+    return to_command_line(settings, leave_out=(*leave_out, "token"))

@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+
+from chair_server.options import OneLineParser
 
 COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.local.cli",  # demo, train
@@ -20,15 +21,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.commands.eval_caption",  # eval caption
     "entropyrl.commands.launch",  # launch (the examples/ training scripts)
 )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error as one line on stderr with where to read the options, exit status 2
-    (argparse's default prints the whole usage block first, burying the line)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} ({self.prog} --help lists the options)", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -127,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m entropyrl.local.acceptance [demo options]` (defaults: seeds 0,1,2)."""
     import argparse
 
-    from entropyrl.local.config import add_config_arguments, config_from_args
+    from chair_server.options import add_options, from_args
 
     parser = argparse.ArgumentParser(prog="python -m entropyrl.local.acceptance")
-    add_config_arguments(parser, DemoConfig)
+    add_options(parser, DemoConfig)
     parser.set_defaults(out="runs/acceptance")
-    cfg = config_from_args(parser.parse_args(argv), DemoConfig)
+    cfg = from_args(parser.parse_args(argv), DemoConfig)
     return run_interruptible(run_acceptance, cfg)
 
 

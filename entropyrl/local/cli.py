@@ -11,7 +11,8 @@ import re
 import sys
 from typing import Any
 
-from entropyrl.local.config import DemoConfig, add_config_arguments, config_from_args
+from chair_server.options import add_options, from_args
+from entropyrl.local.config import DemoConfig
 
 EPILOG = """examples:
   entropyrl demo                                   warm-up + EGPO with CHAIR clip bounds
@@ -33,7 +34,7 @@ def as_option(message: str) -> str:
 
 def _run_demo(args: argparse.Namespace) -> int:
     try:
-        cfg = config_from_args(args, DemoConfig)
+        cfg = from_args(args, DemoConfig)
     except ValueError as error:  # a value out of range: one line naming the option, exit 2
         print(f"error: {as_option(str(error))}", file=sys.stderr)
         return 2
@@ -60,5 +61,5 @@ def register(subparsers: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_arguments(parser, DemoConfig)
+    add_options(parser, DemoConfig)
     parser.set_defaults(func=_run_demo)

@@ -9,8 +9,6 @@ spec classes), so the CLI stays fast to import.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +30,6 @@ __all__ = [
     "SPEC_FIELDS",
     "TASKS",
     "DemoConfig",
-    "add_config_arguments",
-    "config_from_args",
 ]
 
 TASKS = ("captioning", "function-calling")
@@ -257,63 +253,3 @@ SPEC_FIELDS: dict[str, type[Spec]] = {
     "entropy_adv": TokenShapingSpec,
     "maxent": MaxEntSpec,
 }
-
-
-def _option_kind(type_name: Any) -> Any:
-    return {"int": int, "float": float, "float | None": float}.get(str(type_name), str)
-
-
-def _add_option(
-    parser: argparse.ArgumentParser, flag: str, dest: str, f: Any, default: Any
-) -> None:
-    # argparse %-formats help strings: a literal "%" in a help text must be doubled.
-    help_text = f"{f.metadata.get('help', '')} (default: {default})".replace("%", "%%")
-    if str(f.type) in ("bool", "<class 'bool'>"):
-        parser.add_argument(
-            flag, dest=dest, action=argparse.BooleanOptionalAction, default=default, help=help_text
-        )
-        return
-    parser.add_argument(
-        flag,
-        dest=dest,
-        type=_option_kind(f.type),
-        default=default,
-        choices=f.metadata.get("choices"),
-        metavar=None if f.metadata.get("choices") else f.name.upper(),
-        help=help_text,
-    )
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type = DemoConfig) -> None:
-    """One `--kebab-case` option per field; a spec section gives `--<section>-<field>` options.
-
-    Defaults and help texts come from the dataclasses (the specs hold the algorithm defaults).
-    """
-    defaults = cls()
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("spec"):
-            group = parser.add_argument_group(f"{f.name} ({f.metadata.get('help', '')})")
-            spec = getattr(defaults, f.name)
-            for sub in dataclasses.fields(spec):
-                flag = f"--{f.name}-{sub.name}".replace("_", "-")
-                _add_option(group, flag, f"{f.name}__{sub.name}", sub, getattr(spec, sub.name))
-            continue
-        _add_option(parser, "--" + f.name.replace("_", "-"), f.name, f, f.default)
-
-
-def config_from_args(args: argparse.Namespace, cls: type = DemoConfig) -> Any:
-    """Build `cls` from parsed options (unknown namespace entries are ignored)."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("spec"):
-            prefix = f"{f.name}__"
-            section = {
-                key[len(prefix) :]: value
-                for key, value in vars(args).items()
-                if key.startswith(prefix)
-            }
-            if section:
-                values[f.name] = section
-        elif hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
-    return cls(**values)

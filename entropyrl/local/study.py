@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m entropyrl.local.study [demo options] [--variants K,...] [--combine DIR ...]`."""
     import argparse
 
-    from entropyrl.local.config import add_config_arguments, config_from_args
+    from chair_server.options import add_options, from_args
 
     parser = argparse.ArgumentParser(
         prog="python -m entropyrl.local.study",
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         "per seed, against an equal-CPU-time control. Writes summary.md/.json, metrics.jsonl "
         "and study.png under --out.",
     )
-    add_config_arguments(parser, DemoConfig)
+    add_options(parser, DemoConfig)
     parser.add_argument(
         "--variants",
         default=",".join(v.key for v in GRID),
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [k for k in wanted if k not in by_key]
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(by_key)}")
-    cfg = config_from_args(args, DemoConfig)
+    cfg = from_args(args, DemoConfig)
     from entropyrl.local.interrupts import exit_on_sigterm
 
     exit_on_sigterm()

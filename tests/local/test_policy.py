@@ -195,8 +195,9 @@ def test_misspelt_section_key_is_refused_naming_it():
 
 
 def test_demo_options_mirror_the_config_and_reject_bad_values():
+    from chair_server.options import from_args
     from entropyrl.local.cli import register
-    from entropyrl.local.config import DemoConfig, config_from_args
+    from entropyrl.local.config import DemoConfig
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
@@ -212,7 +213,7 @@ def test_demo_options_mirror_the_config_and_reject_bad_values():
             "--no-progress",
         ]
     )
-    cfg = config_from_args(args, DemoConfig)
+    cfg = from_args(args, DemoConfig)
     assert (cfg.steps, cfg.adv, cfg.progress) == (3, "egpo_ratio", False)
     assert cfg.variants() == ["grpo", "egpo+clip"]
     assert DemoConfig(clip_schedule={"enable": False}, adv="grpo").variants() == ["grpo"]
@@ -220,7 +221,7 @@ def test_demo_options_mirror_the_config_and_reject_bad_values():
         ["demo", "--no-clip-schedule-enable", "--clip-schedule-rule", "linear",
          "--egpo-bonus-lam", "0.2", "--ppo-clip-high", "0.3"]
     )  # fmt: skip
-    cfg = config_from_args(args, DemoConfig)
+    cfg = from_args(args, DemoConfig)
     assert not cfg.clip_schedule.enable and cfg.clip_schedule.rule == "linear"
     assert (cfg.egpo_bonus.lam, cfg.ppo.clip_high) == (0.2, 0.3)
     assert cfg.clip_schedule.low == 0.3  # untouched fields keep the spec's default
