@@ -9,10 +9,10 @@ attention, the CPU platform and Ray's logical resources, the data's paths, lengt
 sizes scaled with the recipe's shape kept: at least 2 mini-batches per step, at least 2
 micro-batches per mini-batch). `tests/verl/test_smoke_config.py` fails when another key differs.
 
-The launch scripts call this module four times:
+`entropyrl launch` (the launch scripts' `--smoke`) takes four steps, each also a command here:
 
     python -m entropyrl.commands.smoke plan {caption,function-calling,mixed} --out DIR [--ranks N]
-    ... the script checks the config with DIR/overrides.txt (entropyrl.commands.preflight) ...
+    ... the launcher checks the config with DIR/overrides.txt (entropyrl.commands.preflight) ...
     python -m entropyrl.commands.smoke build TASK --out DIR [--ranks N]
     python -m entropyrl.commands.smoke run TASK --out DIR -- python -m verl.trainer.main_ppo ...
     python -m entropyrl.commands.smoke check TASK --out DIR
