@@ -143,3 +143,24 @@ def test_plugin_overhead_benchmark_plans_runs_that_compose_and_summarizes_them()
     table = bench.summarize({"on": kept, "off": {p: [v / 2 for v in vs] for p, vs in kept.items()}})
     assert table["step"] == {"on": 3.0, "off": 1.5, "ratio": 2.0, "steps": 3}
     assert "| step | 1.500 | 3.000 | 2.000 | 3 |" in bench.markdown(table)
+
+
+def test_quickstart_benchmark_times_both_settings_in_both_conditions():
+    tiny = (
+        "--num-train 8 --num-test 4 --image-size 56 --max-objects 1 --hidden-size 32 "
+        "--warmup-steps 2 --warmup-batch 2 --steps 1 --prompts-per-step 2 --samples-per-prompt 2 "
+        "--max-new-tokens 4 --eval-max-new-tokens 4"
+    )
+    result = run_benchmark(
+        "quickstart.py",
+        *("--script", f"{sys.executable} -m entropyrl demo", "--repeats", "1"),
+        *("--args", tiny, "--vs", f"{tiny} --threads 2 --no-warmup-cache"),
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| quick start")]
+    assert [row.split(" | ")[1] for row in rows] == ["idle", "neighbour"], result.stdout
+    assert "| reference | neighbour | 1 |" in result.stdout
+    assert "| idle | " in result.stdout and "| neighbour | " in result.stdout
+    # each run's verdict is the demo's own last line (these settings are too small to pass)
+    assert "stopped" not in result.stdout and "no output" not in result.stdout

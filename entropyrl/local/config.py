@@ -75,7 +75,9 @@ class DemoConfig:
     )
     device: str | None = _f(None, "torch device; default: cuda if available, else cpu")
     threads: int = _f(
-        2, "torch CPU threads; results depend on the count, a fixed count repeats them"
+        1,
+        "torch CPU threads; results depend on the count, a fixed count repeats them (more "
+        "than one helps only on cores nothing else uses: docs/quickstart.md)",
     )
     progress: bool = _f(True, "show progress bars")
 
@@ -102,6 +104,15 @@ class DemoConfig:
     warmup_steps: int = _f(900, "supervised warm-up steps before RL")
     warmup_batch: int = _f(16, "warm-up batch size")
     warmup_lr: float = _f(1e-3, "warm-up AdamW learning rate, constant after 20 ramp steps")
+    warmup_cache: bool = _f(
+        True,
+        "reuse the warm-up checkpoint of an earlier run with the same settings (kept under "
+        "~/.cache/entropyrl/warmups, or $ENTROPYRL_CACHE/warmups): the same numbers, minus "
+        "the warm-up's minutes",
+    )
+    warmup_only: bool = _f(
+        False, "train (or find) the warm-up checkpoint into the cache, then stop"
+    )
 
     # RL
     lr: float = _f(5e-5, "RL AdamW learning rate")

@@ -12,6 +12,7 @@ metrics.jsonl holds one whole JSON line per step logged before it, the service i
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,14 @@ from entropyrl.local.report import (
     plot_curves,
     write_summary,
 )
-from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
+from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl
 
-__all__ = ["main", "run_caption_demo"]
+__all__ = ["PHASE_SECONDS", "expected_seconds", "main", "prepare_warmup", "run_caption_demo"]
+
+# Wall seconds of the default captioning demo's phases on `MACHINE` with one torch thread, idle
+# (benchmarks/quickstart.py, docs/results.md): the start (imports, world, tokenizer, model, CHAIR
+# service) and the end (summary, curves), the warm-up, one RL variant, one held-out evaluation.
+PHASE_SECONDS = {"start": 10.0, "warm-up": 90.0, "RL": 50.0, "evaluation": 1.0}
 
 
 def _settings(cfg: DemoConfig) -> dict[str, Any]:
@@ -62,9 +68,13 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
     set_position("setup (synthetic world, tokenizer, model, CHAIR service)")
     with CaptionSession(cfg, out / "world") as session:
         setup_seconds = time.perf_counter() - started
-        warm = run_warmup(
-            session.model, session.task, cfg, steps=cfg.warmup_steps, seed=cfg.seed, log=log
-        )
+        warm = session.warm_up(log)
+        if warm["cached"]:
+            print(
+                f"warm-up: the checkpoint of an earlier run with these settings ({warm['cache']}; "
+                "--no-warmup-cache trains it again)",
+                flush=True,
+            )
         set_position("the held-out evaluation after warm-up")
         before, before_records = session.evaluate()
         log.write("eval", 0, before, variant="warm-up")
@@ -142,8 +152,88 @@ def output_folder(out: str, overwrite: bool) -> str:
     return f"{out}-{number}"
 
 
+def warmup_cached(cfg: DemoConfig) -> bool:
+    """Whether the captioning warm-up of `cfg` is in the cache (and the cache is on)."""
+    from entropyrl.local.warmup_cache import warmup_entry
+    from entropyrl.models.tiny import pick_device
+
+    if not cfg.warmup_cache or cfg.model:
+        return False
+    return warmup_entry(cfg, cfg.seed, pick_device(cfg.device).type).filled
+
+
+def prepare_warmup(cfg: DemoConfig) -> int:
+    """`entropyrl demo --warmup-only`: the warm-up checkpoint of `cfg` into the cache (what the
+    quick start's install step does once), or nothing when it is there already."""
+    import tempfile
+
+    if cfg.task != "captioning" or cfg.model or not cfg.warmup_cache:
+        print("error: --warmup-only caches the captioning warm-up of a tiny model", file=sys.stderr)
+        return 2
+    if warmup_cached(cfg):
+        print("warm-up checkpoint: in the cache")
+        return 0
+    print(
+        f"warm-up checkpoint: training it for these settings, once ({expected_seconds(cfg, rl=False):.0f} s "
+        "on one core of a 2-core x86-64 VM)",
+        flush=True,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="entropyrl-warmup-") as world,
+        CaptionSession(cfg, world) as session,
+    ):
+        warm = session.warm_up(None)
+    print(f"warm-up checkpoint: stored ({warm['steps']:.0f} steps in {warm['seconds']:.0f} s)")
+    return 0
+
+
+def expected_seconds(cfg: DemoConfig, *, warmup: bool = True, rl: bool = True) -> float:
+    """The captioning demo's wall time with one thread on `MACHINE`, scaled from the defaults'
+    measured phases (`PHASE_SECONDS`) by the number of samples each phase trains on."""
+    defaults = DemoConfig()
+    seconds = PHASE_SECONDS["start"]
+    if warmup:
+        samples = cfg.warmup_steps * cfg.warmup_batch
+        seconds += (
+            PHASE_SECONDS["warm-up"] * samples / (defaults.warmup_steps * defaults.warmup_batch)
+        )
+    if rl:
+        per_step = cfg.prompts_per_step * cfg.samples_per_prompt * cfg.ppo_epochs
+        default_step = defaults.prompts_per_step * defaults.samples_per_prompt * defaults.ppo_epochs
+        seconds += (
+            PHASE_SECONDS["RL"]
+            * len(cfg.variants())
+            * cfg.steps
+            * per_step
+            / (defaults.steps * default_step)
+        )
+        seconds += (
+            PHASE_SECONDS["evaluation"]
+            * (1 + len(cfg.variants()))
+            * cfg.num_test
+            / defaults.num_test
+        )
+    return seconds
+
+
+def _expectation(cfg: DemoConfig) -> str:
+    """The start line's estimate: from the cache, or the warm-up trained first."""
+    if warmup_cached(cfg):
+        how = (
+            f"about {expected_seconds(cfg, warmup=False):.0f} s (the warm-up comes from the cache)"
+        )
+    else:
+        how = (
+            f"about {expected_seconds(cfg):.0f} s (the warm-up is trained first; a later run with "
+            f"these settings takes it from the cache: about {expected_seconds(cfg, warmup=False):.0f} s)"
+        )
+    return f"expected: {how} on one core of a 2-core x86-64 VM; more where other jobs share it"
+
+
 def _run_task(cfg: DemoConfig) -> int:
     """Run the demo `cfg` asks for: 0, or 1 when the captioning demo's checks FAIL."""
+    if cfg.warmup_only:
+        return prepare_warmup(cfg)
     out = output_folder(cfg.out, cfg.overwrite)
     if out != cfg.out:
         print(
@@ -163,6 +253,8 @@ def _run_task(cfg: DemoConfig) -> int:
 
         run_function_calling_demo(cfg)
     else:
+        if cfg.threads == 1 and not cfg.device:
+            print(_expectation(cfg), flush=True)
         return 0 if run_caption_demo(cfg)["passed"] else 1
     return 0
 

@@ -233,6 +233,23 @@ def _frozen_copy(model: Any) -> Any:
     return ref
 
 
+class _RecordingLog:
+    """Keeps every line a phase logs (for the warm-up cache) and passes it on to `log`."""
+
+    def __init__(self, log: MetricsLog | None) -> None:
+        self.log = log
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, phase: str, step: int, metrics: dict[str, Any], **tags: Any) -> None:
+        self.records.append({"phase": phase, "step": step, **tags, **metrics})
+        if self.log is not None:
+            self.log.write(phase, step, metrics, **tags)
+
+
+def _metrics_of(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("phase", "step")}
+
+
 class CaptionSession:
     """World + CHAIR service + tokenizer/processor + reward + a fresh tiny model (or `--model`).
 
@@ -293,6 +310,30 @@ class CaptionSession:
             self.server.stop()
             raise
 
+    def warm_up(self, log: MetricsLog | None) -> dict[str, Any]:
+        """`run_warmup` with this session's settings, or, with `warmup_cache` on, the stored
+        checkpoint of a run with the same settings (entropyrl.local.warmup_cache): the same
+        weights, result and log lines. The result says which (`cached`)."""
+        from entropyrl.local.warmup_cache import warmup_entry
+
+        cfg = self.cfg
+        entry = None
+        if cfg.warmup_cache and not cfg.model:
+            entry = warmup_entry(cfg, self.seed, self.device.type)
+            if entry.filled:
+                state, result, records = entry.load()
+                self.model.load_state_dict(state)
+                for record in records if log is not None else ():
+                    log.write(record["phase"], record["step"], _metrics_of(record))
+                return {**result, "cached": True, "cache": str(entry.folder)}
+        recorded = _RecordingLog(log)
+        result = run_warmup(
+            self.model, self.task, cfg, steps=cfg.warmup_steps, seed=self.seed, log=recorded
+        )
+        if entry is not None:
+            entry.save(self.state(), result, recorded.records)
+        return {**result, "cached": False}
+
     def evaluate(self, model: Any | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
         from entropyrl.local.policy import forbidden_token_ids
 
@@ -328,10 +369,7 @@ class WarmStart:
         self.session = session
         self.seed = session.seed
         self.log = log
-        cfg = session.cfg
-        self.warmup = run_warmup(
-            session.model, session.task, cfg, steps=cfg.warmup_steps, seed=self.seed, log=log
-        )
+        self.warmup = session.warm_up(log)
         self.before, _ = session.evaluate()
         self.rl_runs: list[dict[str, Any]] = []
         self._checkpoint = session.state()

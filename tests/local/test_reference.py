@@ -33,6 +33,7 @@ def _numbers(cell: str) -> list[float]:
 
 
 def test_readme_quick_start_table_is_the_reference():
+    """The defaults' example (seed 0, one thread) as a table, the two-thread one in the text."""
     section = _quick_start_section()
     rows = {}
     for line in section.splitlines():
@@ -42,9 +43,14 @@ def test_readme_quick_start_table_is_the_reference():
             rows[stage] = [float(x) for x in match[2].split(" | ")]
     assert set(rows) == {"after warm-up", "after RL"}, "the quick-start table moved"
     for stage, values in rows.items():
-        ref = REFERENCE[(0, 2)][stage]
-        expected = [ref["chair_i_pct"], ref["chair_s_pct"], ref["recall_pct"], ref["cider"]]
-        assert values == pytest.approx(expected, abs=0.005), stage
+        ref = REFERENCE[(0, 1)][stage]
+        assert values == pytest.approx([ref["chair_i_pct"], ref["recall_pct"], ref["cider"]]), stage
+    prose = " ".join(section.split())
+    sentence = prose[prose.index("With two threads (`--threads 2`, seed 0)") :].split(";")[0]
+    stated = [float(x) for x in re.findall(r"\d+\.\d+", sentence)]
+    two = REFERENCE[(0, 2)]
+    keys = ("chair_i_pct", "chair_s_pct", "recall_pct", "cider")
+    assert stated == [two[stage][k] for stage in ("after warm-up", "after RL") for k in keys]
 
 
 def test_readme_controlled_comparison_rows_are_the_reference():
@@ -85,7 +91,8 @@ def test_the_stated_changes_of_the_example_runs_are_theirs():
 
 def test_defaults_get_their_reference_and_changed_settings_none():
     figures, sentence = reference_for(DemoConfig())
-    assert figures is REFERENCE[(0, 2)] and "seed 0, 2 threads" in sentence
+    assert figures is REFERENCE[(0, 1)] and "seed 0, one thread" in sentence
+    assert reference_for(DemoConfig(threads=2))[0] is REFERENCE[(0, 2)]
     assert MACHINE in sentence
     assert reference_for(DemoConfig(seed=1, threads=1))[0] is REFERENCE[(1, 1)]
     assert reference_for(DemoConfig(out="elsewhere", progress=False))[0] is not None
@@ -107,7 +114,7 @@ def test_section_puts_the_run_beside_the_example_and_ends_with_the_checks():
          "recall_pct": 89.0, "cider": 6.0},
     ]  # fmt: skip
     text = reference_section(DemoConfig(), rows)
-    ref = REFERENCE[(0, 2)]
+    ref = REFERENCE[(0, 1)]
     assert f"22.50 / {ref['after warm-up']['chair_i_pct']:.2f}" in text
     assert f"n/a / {ref['after RL']['chair_i_pct']:.2f}" in text  # an unscored evaluation
     assert MACHINE in text and "an example, not a target" in text

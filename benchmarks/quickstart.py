@@ -1,0 +1,202 @@
+"""Wall and CPU time of the quick start, on an idle machine and beside a CPU-bound neighbour.
+
+    python benchmarks/quickstart.py --repeats 3
+
+Runs `bash examples/quickstart.sh` (the quick start, install already done: its setup step only
+checks) with the demo's defaults, and side by side the reference settings `--vs` (by default those of the earlier quick
+start: two torch threads, the warm-up trained in every run), each in two conditions:
+idle, and beside one CPU-bound process (a Python busy loop started just before the run and
+stopped after it). Runs alternate (A, B, A, B, ...) so that a drift of the machine's speed
+reaches both. Prints one markdown table: medians with min-max, each condition's ratio to the same
+settings idle, and the ratio of the two settings pair by pair. A run past `--timeout` is stopped
+and counted at the timeout, marked `>`. The demo's own last line (PASS/FAIL) is kept per run.
+
+CPU seconds are the run's and every process it waited for (the CHAIR service), from the
+kernel's accounting (`os.wait4`), not the neighbour's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = "--threads 2 --no-warmup-cache"
+CONDITIONS = ("idle", "neighbour")
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    stopped: bool  # hit the timeout
+    verdict: str
+    phases: dict[str, float]  # the demo's own timing of its warm-up and RL (summary.json)
+
+
+def _busy_loop() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def run_once(
+    script: list[str], args: list[str], out: Path, *, neighbour: bool, timeout: float
+) -> Run:
+    """One quick start (`script` with `args`); beside a busy loop when `neighbour`."""
+    busy = _busy_loop() if neighbour else None
+    try:
+        if busy is not None:
+            time.sleep(0.5)  # the neighbour is running before the quick start starts
+        command = [*script, "--no-progress", "--overwrite", "--out", str(out), *args]
+        log = out.with_suffix(".log")
+        started = time.perf_counter()
+        with log.open("w") as handle:
+            process = subprocess.Popen(
+                command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            )
+            stopped = False
+            while True:
+                pid, _, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() - started > timeout:
+                    os.killpg(process.pid, signal.SIGINT)  # the demo stops its service on ^C
+                    stopped = True
+                    _, _, usage = os.wait4(process.pid, 0)
+                    break
+                time.sleep(0.2)
+        wall = time.perf_counter() - started
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    verdict = "stopped" if stopped else (lines[-1] if lines else "no output")
+    return Run(wall, usage.ru_utime + usage.ru_stime, stopped, verdict, _phases(out))
+
+
+def _phases(out: Path) -> dict[str, float]:
+    """Wall seconds of the warm-up (0 when it came from the cache) and of RL, as the demo
+    measured them."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    warm = summary["warmup"]
+    return {
+        "warm-up": 0.0 if warm.get("cached") else warm["seconds"],
+        "RL": sum(v["seconds"] for v in summary["variants"].values()),
+    }
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def _timed(runs: list[Run], key: str) -> str:
+    text = _median([getattr(r, key) for r in runs])
+    return f"> {text}" if any(r.stopped for r in runs) else text
+
+
+def _phase(runs: list[Run], name: str) -> str:
+    values = [r.phases[name] for r in runs if name in r.phases]
+    return _median(values) if values else "n/a"
+
+
+def _verdicts(runs: list[Run]) -> str:
+    words = [r.verdict.split(":", 1)[0] if not r.stopped else "stopped" for r in runs]
+    return ", ".join(f"{w} x{words.count(w)}" for w in dict.fromkeys(words))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="runs per settings and condition")
+    parser.add_argument(
+        "--script",
+        default="bash examples/quickstart.sh",
+        help="the quick start's command, before its options (default: %(default)s)",
+    )
+    parser.add_argument("--args", default="", help="options of the measured run (default: none)")
+    parser.add_argument(
+        "--vs", default=REFERENCE, help=f"options of the reference run (default: {REFERENCE!r})"
+    )
+    parser.add_argument(
+        "--vs-repeats", type=int, default=None, help="runs of the reference (default: --repeats)"
+    )
+    parser.add_argument(
+        "--conditions", default=",".join(CONDITIONS), help="idle, neighbour or both"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run stops")
+    args = parser.parse_args(argv)
+    conditions = [c for c in args.conditions.split(",") if c]
+    if not set(conditions) <= set(CONDITIONS) or not conditions:
+        parser.error(f"--conditions: choose from {', '.join(CONDITIONS)}")
+    settings = {"quick start": shlex.split(args.args), "reference": shlex.split(args.vs)}
+    repeats = {"quick start": args.repeats, "reference": args.vs_repeats or args.repeats}
+    results: dict[tuple[str, str], list[Run]] = {}
+    with tempfile.TemporaryDirectory(prefix="quickstart-bench-") as folder:
+        for repeat in range(max(repeats.values())):
+            for condition in conditions:
+                for name, options in settings.items():
+                    if repeat >= repeats[name]:
+                        continue
+                    out = Path(folder) / f"{name.replace(' ', '-')}-{condition}-{repeat}"
+                    run = run_once(
+                        shlex.split(args.script),
+                        options,
+                        out,
+                        neighbour=condition == "neighbour",
+                        timeout=args.timeout,
+                    )
+                    results.setdefault((name, condition), []).append(run)
+                    print(
+                        f"# {name}, {condition}, run {repeat + 1}: {run.wall:.1f} s wall, "
+                        f"{run.cpu:.1f} CPU-s; {run.verdict[:100]}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    print(f"machine: {os.cpu_count()} cores; {os.uname().machine}; Python {sys.version.split()[0]}")
+    print(f"quick start: `{' '.join([args.script, args.args]).strip()}`")
+    print(f"reference: `{args.script} {args.vs}`\n")
+    print(
+        "| settings | condition | runs | wall s, median (min-max) | CPU s | x its idle wall | checks |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name in settings:
+        idle = results.get((name, "idle"))
+        for condition in conditions:
+            runs = results[(name, condition)]
+            ratio = "1.00"
+            if condition != "idle":
+                ratio = "n/a"
+                if idle:
+                    value = statistics.median(r.wall for r in runs) / statistics.median(
+                        r.wall for r in idle
+                    )
+                    ratio = f"{'> ' if any(r.stopped for r in runs) else ''}{value:.2f}"
+            print(
+                f"| {name} | {condition} | {len(runs)} | {_timed(runs, 'wall')} | "
+                f"{_timed(runs, 'cpu')} | {ratio} | {_phase(runs, 'warm-up')} | "
+                f"{_phase(runs, 'RL')} | {_verdicts(runs)} |"
+            )
+    print("\n| condition | quick start / reference, wall (median of pairs) |")
+    print("|---|---|")
+    for condition in conditions:
+        pairs = list(zip(results[("quick start", condition)], results[("reference", condition)]))
+        ratios = [a.wall / b.wall for a, b in pairs]
+        mark = "< " if any(b.stopped for _, b in pairs) else ""
+        print(f"| {condition} | {mark}{statistics.median(ratios):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
