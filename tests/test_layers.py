@@ -1,15 +1,19 @@
 """The import graph of the project's code: layers that only point down, and no circles.
 
-Layers, lowest first (a module may import its own layer and the ones below):
-  0 core       entropyrl.{files, specs, entropy, advantages, maxent, losses, clip_schedules,
-               algorithms, estimator_names, _segments}
-  1 parts      entropyrl.models, entropyrl.rewards, entropyrl.data, entropyrl.evaluation (data
-               and evaluation may use rewards, not the reverse)
-  2 engines    entropyrl.verl (the plugin, with its CPU backend) and entropyrl.local (the
-               one-machine runner): neither imports the other
-  3 commands   entropyrl.commands (smoke, doctor, preflight, evaluation)
-  4 entry      entropyrl.cli, entropyrl.__main__ (they dispatch by module name)
+Every package has a rank of its own, lowest first (a module may import its own package and the
+ones ranked below it):
+  0 core        entropyrl.{files, specs, entropy, advantages, maxent, losses, clip_schedules,
+                algorithms, estimator_names, _segments}
+  1 models      entropyrl.models (tiny builders, tokenizers, processors, checkpoint loading)
+  2 rewards     entropyrl.rewards (the scorers, the CHAIR client)
+  3 data        entropyrl.data (converters, the shared input readers)
+  4 evaluation  entropyrl.evaluation (uses data's readers; data never imports it)
+  5 verl        entropyrl.verl (the plugin, with its CPU backend)
+  6 local       entropyrl.local (the one-machine runner): it imports no verl either
+  7 commands    entropyrl.commands (every `entropyrl <verb>`)
+  8 entry       entropyrl.cli, entropyrl.__main__ (they collect the commands)
 chair_server stands alone below them all: it imports neither entropyrl nor torch.
+Since no two packages share a rank, two packages that import each other always fail.
 Every import counts, those inside functions and under TYPE_CHECKING too.
 """
 
@@ -35,15 +39,18 @@ CORE = {
     "__init__",
 }
 RANK = {
-    "chair_client": 1,
-    "evaluation": 1,
     "models": 1,
-    "rewards": 1,
-    "data": 1,
-    "verl": 2,
-    "local": 2,
-    "commands": 3,
+    "rewards": 2,
+    "data": 3,
+    "evaluation": 4,
+    "verl": 5,
+    "local": 6,
+    "commands": 7,
 }
+ENTRY = 8
+# Ranked apart, yet neither may import the other: a GPU run under verl loads no local runner,
+# and the local runner runs without verl installed.
+INDEPENDENT = {"verl", "local"}
 
 
 def module_name(path: Path) -> str:
@@ -93,7 +100,7 @@ def layer(name: str) -> int:
     if len(parts) == 1:
         return 0
     if parts[1] in ("cli", "__main__"):
-        return 4
+        return ENTRY
     if parts[1] in CORE:
         return 0
     return RANK[parts[1]]
@@ -104,25 +111,87 @@ def test_every_module_has_a_layer():
         layer(name)  # KeyError names a module outside the map above
 
 
-def test_imports_only_point_down():
+def package(name: str) -> str:
+    """The package a module belongs to (`entropyrl.data.io` -> `data`); the core's modules are
+    `core`, `entropyrl.cli` and `entropyrl.__main__` are `entry`."""
+    parts = name.split(".")
+    if parts[0] != "entropyrl":
+        return parts[0]
+    if len(parts) > 1 and parts[1] in RANK:
+        return parts[1]
+    return "entry" if len(parts) > 1 and parts[1] in ("cli", "__main__") else "core"
+
+
+def upward_imports(edges: dict[str, set[str]], rank=None) -> list[str]:
+    """Every import that points up a layer, across a tie or between the independent engines."""
+    rank = rank or layer
     upward = []
-    for source, targets in graph().items():
+    for source, targets in edges.items():
         for target in targets:
-            src, dst = layer(source), layer(target)
-            package = lambda n: n.split(".")[1] if "." in n else ""  # noqa: E731
+            src, dst = rank(source), rank(target)
             if src == -1 and dst != -1:
                 upward.append(f"{source} -> {target} (chair_server stands alone)")
             elif dst > src:
                 upward.append(f"{source} -> {target} (layer {src} -> {dst})")
-            elif src == dst == 2 and package(source) != package(target):
+            elif src == dst and package(source) != package(target):
+                upward.append(f"{source} -> {target} (two packages share rank {src})")
+            elif {package(source), package(target)} == INDEPENDENT:
                 upward.append(f"{source} -> {target} (the engines are independent)")
-            elif (
-                src == dst == 1
-                and package(source) == "rewards"
-                and package(target) in ("data", "evaluation")
-            ):
-                upward.append(f"{source} -> {target} (rewards are used, they use neither)")
-    assert not upward, "\n".join(sorted(upward))
+    return sorted(upward)
+
+
+def test_every_package_has_a_rank_of_its_own():
+    ranks = [*RANK.values(), ENTRY]
+    assert len(set(ranks)) == len(ranks), RANK
+    assert min(RANK.values()) > 0 and max(RANK.values()) < ENTRY
+    packages = {p.name for p in REPO.joinpath("entropyrl").iterdir() if p.is_dir()}
+    assert packages - {"__pycache__"} == set(RANK)
+
+
+def test_imports_only_point_down():
+    upward = upward_imports(graph())
+    assert not upward, "\n".join(upward)
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between packages (`entropyrl.data.cli -> entropyrl.evaluation.protocol` is
+    `data -> evaluation`)."""
+    packages: dict[str, set[str]] = {}
+    for source, targets in edges.items():
+        for target in targets:
+            if package(target) != package(source):
+                packages.setdefault(package(source), set()).add(package(target))
+    return packages
+
+
+def test_no_two_packages_import_each_other():
+    assert circles(package_graph(graph())) == []
+
+
+def test_a_planted_two_way_tie_fails():
+    # data and evaluation importing each other (the tie there was): whichever ranks lower
+    # imports upwards, and the package graph has a circle
+    planted = {
+        "entropyrl.data.cli": {"entropyrl.evaluation.protocol"},
+        "entropyrl.evaluation.protocol": {"entropyrl.data.io"},
+        "entropyrl.data.io": set(),
+    }
+    assert upward_imports(planted) == [
+        "entropyrl.data.cli -> entropyrl.evaluation.protocol (layer 3 -> 4)"
+    ]
+    assert circles(package_graph(planted)) == [["data", "evaluation"]]
+    # with both at one rank (what the old map allowed) the shared rank itself is refused
+    tied = {**RANK, "evaluation": RANK["data"]}
+    assert upward_imports(planted, lambda n: tied[package(n)]) == [
+        "entropyrl.data.cli -> entropyrl.evaluation.protocol (two packages share rank 3)",
+        "entropyrl.evaluation.protocol -> entropyrl.data.io (two packages share rank 3)",
+    ]
+
+
+def test_the_engines_stay_independent():
+    assert upward_imports({"entropyrl.local.rl": {"entropyrl.verl.loss"}}) == [
+        "entropyrl.local.rl -> entropyrl.verl.loss (the engines are independent)"
+    ]
 
 
 def test_chair_server_imports_no_torch():

@@ -94,7 +94,8 @@ def _choose_chair_images(
     training: set[int],
     available: Mapping[int, Any],
 ) -> tuple[list[int], dict[str, Any]]:
-    from entropyrl.evaluation.protocol import check_held_out, read_image_list, sample_image_ids
+    from entropyrl.data.io import read_image_list
+    from entropyrl.evaluation.protocol import check_held_out, sample_image_ids
 
     if args.image_list:
         ids = read_image_list(args.image_list)

@@ -171,7 +171,7 @@ def _report(summary: dict[str, Any]) -> None:
 @_converter(InputFileError)
 def _run_coco(args: argparse.Namespace) -> dict[str, Any]:
     from entropyrl.data.coco import DEFAULT_CAPTION_PROMPT, prepare_coco
-    from entropyrl.evaluation.protocol import read_image_list
+    from entropyrl.data.io import read_image_list
 
     hold_out = read_image_list(args.hold_out) if args.hold_out else None
     return prepare_coco(

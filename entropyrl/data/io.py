@@ -1,6 +1,7 @@
 """Input shared by the dataset converters.
 
-JSON / JSON-lines readers whose errors name the file and the line, a progress bar for long
+JSON / JSON-lines readers (and the image-id lists of `prepare coco --hold-out` and the
+caption evaluation) whose errors name the file and the line, a progress bar for long
 inputs, and the report of rejected rows (nothing is dropped silently). Outputs are written
 through `entropyrl.files` (atomic, stable hashes).
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +24,7 @@ __all__ = [
     "RejectLog",
     "file_sha256",
     "progress",
+    "read_image_list",
     "read_json",
     "read_records",
 ]
@@ -142,3 +145,60 @@ class RejectLog:
             for entry in self.entries:
                 handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
         return path
+
+
+_FILE_ID = re.compile(r"(\d+)\.(?:jpe?g|png)$", re.IGNORECASE)
+
+
+def _image_id(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    match = _FILE_ID.search(text)
+    if match is None:
+        raise InputFileError(f"{where}: {text[:80]!r} is neither an image id nor a COCO file name")
+    return int(match.group(1))
+
+
+def read_image_list(path: str | os.PathLike[str]) -> list[int]:
+    """Image ids from a list file: JSON (a list of ids or COCO file names, or an object with
+    `image_ids`), JSON lines with `image_id` / `image`, or plain text (one id or file name a line,
+    `#` comments). The order is kept; a repeated image is an error."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: image list not found")
+    text = path.read_text(encoding="utf-8")
+    entries: list[tuple[Any, str]] = []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, Mapping):
+        data = data.get("image_ids")
+        if not isinstance(data, list):
+            raise InputFileError(f"{path}: a JSON object needs an 'image_ids' list")
+    if isinstance(data, list):
+        entries = [(value, f"{path}, item {i}") for i, value in enumerate(data, 1)]
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            value: Any = line
+            if line.startswith("{"):
+                record = json.loads(line)
+                value = record.get("image_id", record.get("image"))
+            entries.append((value, f"{path}, line {number}"))
+    ids: list[int] = []
+    seen: set[int] = set()
+    for value, where in entries:
+        image_id = _image_id(value, where)
+        if image_id in seen:
+            raise InputFileError(f"{where}: image {image_id} is listed twice")
+        seen.add(image_id)
+        ids.append(image_id)
+    if not ids:
+        raise InputFileError(f"{path}: no images listed")
+    return ids

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +33,12 @@ __all__ = [
     "EvalImage",
     "ProtocolError",
     "check_held_out",
-    "read_image_list",
     "read_split",
     "sample_image_ids",
 ]
 
 DEFAULT_NUM_IMAGES = 500
 DEFAULT_SEED = 0
-_FILE_ID = re.compile(r"(\d+)\.(?:jpe?g|png)$", re.IGNORECASE)
 
 
 class ProtocolError(ValueError):
@@ -120,60 +117,6 @@ def sample_image_ids(candidates: Iterable[int], n: int, seed: int = DEFAULT_SEED
             f"{n} images asked for, but only {len(pool)} held-out images are prepared"
         )
     return sorted(random.Random(seed).sample(pool, n))
-
-
-def _image_id(value: Any, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text.isdigit():
-        return int(text)
-    match = _FILE_ID.search(text)
-    if match is None:
-        raise InputFileError(f"{where}: {text[:80]!r} is neither an image id nor a COCO file name")
-    return int(match.group(1))
-
-
-def read_image_list(path: str | os.PathLike[str]) -> list[int]:
-    """Image ids from a list file: JSON (a list of ids or COCO file names, or an object with
-    `image_ids`), JSON lines with `image_id` / `image`, or plain text (one id or file name a line,
-    `#` comments). The order is kept; a repeated image is an error."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"{path}: image list not found")
-    text = path.read_text(encoding="utf-8")
-    entries: list[tuple[Any, str]] = []
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
-    if isinstance(data, Mapping):
-        data = data.get("image_ids")
-        if not isinstance(data, list):
-            raise InputFileError(f"{path}: a JSON object needs an 'image_ids' list")
-    if isinstance(data, list):
-        entries = [(value, f"{path}, item {i}") for i, value in enumerate(data, 1)]
-    else:
-        for number, line in enumerate(text.splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            value: Any = line
-            if line.startswith("{"):
-                record = json.loads(line)
-                value = record.get("image_id", record.get("image"))
-            entries.append((value, f"{path}, line {number}"))
-    ids: list[int] = []
-    seen: set[int] = set()
-    for value, where in entries:
-        image_id = _image_id(value, where)
-        if image_id in seen:
-            raise InputFileError(f"{where}: image {image_id} is listed twice")
-        seen.add(image_id)
-        ids.append(image_id)
-    if not ids:
-        raise InputFileError(f"{path}: no images listed")
-    return ids
 
 
 def check_held_out(

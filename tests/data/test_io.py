@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from entropyrl.data.io import InputFileError, RejectLog, read_records
+from entropyrl.data.io import InputFileError, RejectLog, read_image_list, read_records
 from entropyrl.files import atomic_path, stable_hash
 
 
@@ -54,3 +54,35 @@ def test_reject_log(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 25 and rows[-1] == {"source": "in.jsonl", "line": 25, "reason": "bad 24"}
     assert RejectLog().write(path) is None and not path.exists()  # no stale report
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[42, 7, 1000]",
+        '{"image_ids": [42, "7", 1000]}',
+        '["COCO_val2014_000000000042.jpg", "COCO_val2014_000000000007.jpg", "1000"]',
+        "# a paper's list\nCOCO_val2014_000000000042.jpg\n7\n\n000000001000.jpg  # comment\n",
+        '{"image_id": 42}\n{"image": "COCO_val2014_000000000007.jpg"}\n{"image_id": 1000}\n',
+    ],
+)
+def test_image_lists_in_the_formats_papers_release(tmp_path, text):
+    path = tmp_path / "list.txt"
+    path.write_text(text)
+    assert read_image_list(path) == [42, 7, 1000]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1, 2, 1]", "listed twice"),
+        ("[]", "no images"),
+        ('["a cat"]', "neither an image id"),
+        ('{"ids": [1]}', "image_ids"),
+    ],
+)
+def test_bad_image_lists_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "list.json"
+    path.write_text(text)
+    with pytest.raises(InputFileError, match=message):
+        read_image_list(path)

@@ -13,7 +13,6 @@ from entropyrl.data.io import InputFileError
 from entropyrl.evaluation.protocol import (
     ProtocolError,
     check_held_out,
-    read_image_list,
     read_split,
     sample_image_ids,
 )
@@ -38,38 +37,6 @@ def test_the_sample_is_pinned():
 def test_asking_for_more_images_than_held_out_is_refused():
     with pytest.raises(ProtocolError, match="only 3 held-out"):
         sample_image_ids([1, 2, 3], 4)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "[42, 7, 1000]",
-        '{"image_ids": [42, "7", 1000]}',
-        '["COCO_val2014_000000000042.jpg", "COCO_val2014_000000000007.jpg", "1000"]',
-        "# a paper's list\nCOCO_val2014_000000000042.jpg\n7\n\n000000001000.jpg  # comment\n",
-        '{"image_id": 42}\n{"image": "COCO_val2014_000000000007.jpg"}\n{"image_id": 1000}\n',
-    ],
-)
-def test_image_lists_in_the_formats_papers_release(tmp_path, text):
-    path = tmp_path / "list.txt"
-    path.write_text(text)
-    assert read_image_list(path) == [42, 7, 1000]
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("[1, 2, 1]", "listed twice"),
-        ("[]", "no images"),
-        ('["a cat"]', "neither an image id"),
-        ('{"ids": [1]}', "image_ids"),
-    ],
-)
-def test_bad_image_lists_name_the_problem(tmp_path, text, message):
-    path = tmp_path / "list.json"
-    path.write_text(text)
-    with pytest.raises(InputFileError, match=message):
-        read_image_list(path)
 
 
 def test_a_list_with_training_images_is_refused_in_one_line():
