@@ -6,7 +6,7 @@ verl's merger (`python -m verl.model_merger merge --backend fsdp --local_dir ...
 
     python -m entropyrl.commands.merge_lora DIR [--out DIR/merged]
 
-loads the base (`entropyrl.models.tiny.load_model`), applies the adapter with peft to exactly
+loads the base (`entropyrl.models.loading.load_model`), applies the adapter with peft to exactly
 the layers it has weights for, checks that every adapter tensor found its layer, merges
 (W + scale * B @ A), and saves the model with the tokenizer and processor files beside it.
 """
@@ -29,7 +29,7 @@ def merge_lora(folder: str | Path, out: str | Path | None = None) -> Path:
     from peft import PeftConfig, PeftModel, get_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from entropyrl.models.tiny import load_model
+    from entropyrl.models.loading import load_model
 
     folder = Path(folder)
     adapter = folder / ADAPTER_DIR

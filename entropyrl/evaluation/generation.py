@@ -269,7 +269,7 @@ class TransformersCaptioner:
     def __init__(self, model_path: str, *, device: str | None = None, batch_size: int = 8) -> None:
         import torch
 
-        from entropyrl.models.tiny import load_model, pick_device
+        from entropyrl.models.loading import load_model, pick_device
 
         self.processor = _processor(model_path)
         self.processor.tokenizer.padding_side = "left"

@@ -332,13 +332,8 @@ def rl_summary(history: Sequence[dict[str, float]]) -> dict[str, float]:
 
 def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Warm-up, then each variant (`--compare`, default grpo,egpo) from the same checkpoint."""
-    from entropyrl.models.tiny import (
-        TinyModelConfig,
-        build_tiny_qwen2,
-        load_pretrained,
-        pick_device,
-        seed_everything,
-    )
+    from entropyrl.models.loading import load_pretrained, pick_device
+    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2, seed_everything
     from entropyrl.models.tokenizer import build_qwen_tokenizer
 
     if not cfg.compare:

@@ -260,13 +260,8 @@ class CaptionSession:
         from chair_server.launch import start_server
         from entropyrl.data.synthetic import build_synthetic_coco
         from entropyrl.local.captioning import CaptionTask
-        from entropyrl.models.tiny import (
-            TinyModelConfig,
-            build_tiny_qwen2vl,
-            load_pretrained,
-            pick_device,
-            seed_everything,
-        )
+        from entropyrl.models.loading import load_pretrained, pick_device
+        from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2vl, seed_everything
         from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
         from entropyrl.rewards.caption import CaptionReward
         from entropyrl.rewards.chair_client import ChairClient

@@ -1,15 +1,13 @@
-"""Tiny Qwen models built from a config, or a user checkpoint.
+"""Tiny Qwen models built from a config; checkpoints on disk load with `entropyrl.models.loading`.
 
 Nothing is downloaded: a tiny model is initialised from a seed (about 1 M parameters with the
-demo's 4096-rank tokenizer, 1.6 M with 8192 ranks), and `--model PATH` loads any Qwen2-VL
-checkpoint already on disk. The local runner trains the tiny Qwen2-VL / Qwen2; the verl smokes
-build the architectures of the recipes they stand for (Qwen2.5-VL for captioning, Qwen3 for the
+demo's 4096-rank tokenizer, 1.6 M with 8192 ranks). The local runner trains the tiny Qwen2-VL /
+Qwen2; the verl smokes build the architectures of the recipes they stand for (Qwen2.5-VL for captioning, Qwen3 for the
 text recipes) and Qwen3-VL as the captioning smoke's second variant.
 """
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +24,6 @@ __all__ = [
     "build_tiny_qwen3",
     "build_tiny_qwen3_vl",
     "count_parameters",
-    "load_model",
-    "load_pretrained",
-    "pick_device",
     "seed_everything",
 ]
 
@@ -70,13 +65,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def pick_device(device: str | None = None) -> torch.device:
-    """`device` if given, else the one CUDA GPU when there is one, else the CPU."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _mrope_section(head_dim: int) -> list[int]:
@@ -320,50 +308,6 @@ def build_tiny_qwen2(tokenizer: Any, config: TinyModelConfig | None = None, *, s
 
     config = config or TinyModelConfig()
     return _build(Qwen2Config, Qwen2ForCausalLM, tokenizer, seed, **_text_config(tokenizer, config))
-
-
-def load_model(
-    path: str | os.PathLike[str],
-    *,
-    trust_remote_code: bool = False,
-    attn_implementation: str | None = None,
-) -> Any:
-    """The model in a local folder, float32 on the CPU: the image-text class when its config has
-    a vision tower (Qwen-VL), else the causal-LM class."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    vision = getattr(config, "vision_config", None) is not None
-    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    return auto.from_pretrained(
-        path, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
-    )
-
-
-def load_pretrained(path: str | os.PathLike[str], *, vision: bool = True):
-    """`(model, tokenizer)` from a local checkpoint folder (no download).
-
-    Any Qwen2-VL / Qwen2.5-VL checkpoint (`vision=True`) or Qwen2 / Qwen2.5 text checkpoint
-    works; the folder must hold the tokenizer files too.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"--model: {path} is not a local checkpoint folder")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    if vision:
-        from transformers import AutoModelForImageTextToText
-
-        model = AutoModelForImageTextToText.from_pretrained(
-            path, local_files_only=True, dtype=torch.float32
-        )
-    else:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=torch.float32
-        )
-    return model, tokenizer
 
 
 def count_parameters(model: torch.nn.Module) -> int:

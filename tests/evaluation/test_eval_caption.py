@@ -109,8 +109,9 @@ def fine_tune(base: Path, world: Path, prompt: str, out: Path, *, steps: int, se
     from entropyrl.data.synthetic import CATEGORIES
     from entropyrl.evaluation.pope import pope_question_text
     from entropyrl.local.rl import supervised_step
+    from entropyrl.models.loading import load_model
     from entropyrl.models.processor import load_image_only_processor
-    from entropyrl.models.tiny import load_model, seed_everything
+    from entropyrl.models.tiny import seed_everything
 
     train = train_images(world)
     warmup = {

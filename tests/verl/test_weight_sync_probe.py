@@ -94,7 +94,7 @@ def probe(folder):
 
 @pytest.mark.parametrize("fault", [False, True])
 def test_full_weights(compose, checkpoint, tokenizer, traced, fault):
-    from entropyrl.models.tiny import load_model
+    from entropyrl.models.loading import load_model
 
     torch.manual_seed(0)
     actor = load_model(str(checkpoint))
@@ -123,7 +123,7 @@ def test_full_weights(compose, checkpoint, tokenizer, traced, fault):
 def test_lora_adapters(compose, checkpoint, tokenizer, traced, fault):
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
-    from entropyrl.models.tiny import load_model
+    from entropyrl.models.loading import load_model
 
     torch.manual_seed(0)
     actor = get_peft_model(
@@ -158,7 +158,7 @@ def test_lora_adapters(compose, checkpoint, tokenizer, traced, fault):
 
 
 def test_a_run_whose_weights_never_changed_cannot_be_judged(compose, checkpoint, tokenizer, traced):
-    from entropyrl.models.tiny import load_model
+    from entropyrl.models.loading import load_model
 
     actor = load_model(str(checkpoint))
     server = make_server(compose, checkpoint)

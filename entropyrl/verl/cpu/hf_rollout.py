@@ -135,7 +135,7 @@ def _append_line(path: str, row: dict[str, Any]) -> None:
 
 def _load_policy(path: str, trust_remote_code: bool) -> Any:
     """The policy from a local checkpoint folder, float32 on the CPU, eval mode."""
-    from entropyrl.models.tiny import load_model
+    from entropyrl.models.loading import load_model
 
     model = load_model(path, trust_remote_code=trust_remote_code, attn_implementation="sdpa")
     model.eval()
