@@ -1,8 +1,8 @@
 """The `entropyrl` command line.
 
-Each sub-command lives with the code it drives; this module only collects them. A command
-module exposes `register(subparsers)` that adds its parser and sets `func`; it keeps
-its top-level imports light (argparse, stdlib) so `entropyrl --help` stays fast.
+Every sub-command is registered by a module of `entropyrl.commands`; this module only collects
+them. A command module exposes `register(subparsers)` that adds its parser and sets `func`; it
+keeps its top-level imports light (argparse, stdlib) so `entropyrl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ from collections.abc import Sequence
 from chair_server.options import OneLineParser
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "entropyrl.local.cli",  # demo, train
-    "entropyrl.data.cli",  # prepare coco | fc
-    "entropyrl.commands.doctor",  # doctor
-    "entropyrl.commands.eval_caption",  # eval caption
+    "entropyrl.commands.demo",  # demo
+    "entropyrl.commands.study",  # study, acceptance
+    "entropyrl.commands.prepare",  # prepare coco | fc | mixed-debug
     "entropyrl.commands.launch",  # launch (the examples/ training scripts)
+    "entropyrl.commands.preflight",  # preflight
+    "entropyrl.commands.smoke",  # smoke
+    "entropyrl.commands.doctor",  # doctor
+    "entropyrl.commands.eval_group",  # eval caption | fc
+    "entropyrl.commands.merge_lora",  # merge-lora
 )
 
 

@@ -1,6 +1,7 @@
-"""Commands above both engines: the smoke (plan, build, run, check), the doctor, the launch
-scripts' preflight and the function-calling evaluation.
+"""Every `entropyrl <verb>`: the local runner's demo and studies, the converters (prepare), the
+launch scripts' steps (launch, preflight, smoke), the doctor, the evaluations and the LoRA merge.
 
-They may import the plugin (`entropyrl.verl`), the local runner (`entropyrl.local`) and the
-core; nothing below imports them.
+They may import every package below them (the plugin `entropyrl.verl`, the local runner
+`entropyrl.local`, data, evaluation, rewards, models and the core); only `entropyrl.cli`
+imports them.
 """

@@ -34,7 +34,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from entropyrl.commands.eval_generation import check_settings, generate_for_model
 from entropyrl.commands.eval_models import EvalError, prepare_model
@@ -208,26 +207,11 @@ def _main_args(args: argparse.Namespace) -> int:
         return 2
 
 
-def register(subparsers: Any) -> None:
-    """Add `eval caption` to the entropyrl CLI."""
-    evaluation = subparsers.add_parser(
-        "eval", help="evaluate trained models (caption: CHAIR, POPE, CIDEr-D)"
-    )
-    commands = evaluation.add_subparsers(dest="eval_command", metavar="TASK")
-    caption = commands.add_parser(
-        "caption",
-        help="CHAIR / POPE / CIDEr-D of the base model and each run, with bootstrap intervals",
-        description=__doc__.split("\n\n")[0],
-    )
-    add_arguments(caption)
-    caption.set_defaults(func=_main_args)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.eval_caption"
+) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.commands.eval_caption", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return _main_args(parser.parse_args(argv))
 

@@ -313,10 +313,10 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.commands.evaluate", description=__doc__
-    )
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.evaluate"
+) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="greedy generations with vLLM")
     gen.add_argument("--model", required=True, help="merged Hugging Face model folder")

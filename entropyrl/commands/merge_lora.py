@@ -18,6 +18,9 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from entropyrl.commands.forward import add_forwarded
 
 ADAPTER_DIR = "lora_adapter"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -67,9 +70,11 @@ def merge_lora(folder: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.merge_lora"
+) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.commands.merge_lora",
+        prog=prog,
         description="Merge the LoRA adapter that verl's model merger wrote (DIR/lora_adapter) "
         "into the base model in DIR: one Hugging Face model folder.",
     )
@@ -83,6 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"merged model -> {out}")
     return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `merge-lora` to the `entropyrl` command line (the parser of
+    `python -m entropyrl.commands.merge_lora`)."""
+    add_forwarded(
+        subparsers,
+        "merge-lora",
+        __name__,
+        "fold a LoRA adapter of verl's merger output into its base model",
+    )
 
 
 if __name__ == "__main__":

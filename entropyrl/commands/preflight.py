@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from entropyrl.commands.forward import add_forwarded
+
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SUPPORTED_VERL = "0.9.1"
 # Attention implementations verl's FSDP engine asks transformers for that need flash-attn.
@@ -663,9 +665,11 @@ def _near_keys(recipe: str, overrides: Sequence[str], key: str) -> list[str]:
     return [prefix + near for near in difflib.get_close_matches(name, names, n=2)]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.preflight"
+) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.commands.preflight",
+        prog=prog,
         description="Check a recipe with the run's overrides before anything starts.",
     )
     parser.add_argument("config", help="recipe name (configs/<name>.yaml) or a config path")
@@ -741,6 +745,17 @@ def check(
     for finding in findings:
         _say(f"error: {finding.line}")
     return (2 if findings else 0), values
+
+
+def register(subparsers: Any) -> None:
+    """Add `preflight` to the `entropyrl` command line (the parser of
+    `python -m entropyrl.commands.preflight`)."""
+    add_forwarded(
+        subparsers,
+        "preflight",
+        __name__,
+        "check a recipe and its overrides without starting verl (what the launch scripts run first)",
+    )
 
 
 if __name__ == "__main__":

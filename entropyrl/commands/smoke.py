@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from entropyrl.commands.forward import add_forwarded
 from entropyrl.commands.smoke_settings import (  # noqa: F401  (re-exported)
     ALLOWED_DIFFERENCES,
     ASSET_VERSION,
@@ -238,9 +239,11 @@ def _cache_dir(out: Path) -> Path:
     return Path(configured) if configured else out / "assets"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.smoke"
+) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.commands.smoke",
+        prog=prog,
         description="Plan, build, run and check the CPU smoke run of the verl launch scripts.",
     )
     parser.add_argument(
@@ -281,6 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from entropyrl.commands.smoke_check import check_run
 
     return check_run(settings, out)
+
+
+def register(subparsers: Any) -> None:
+    """Add `smoke` to the `entropyrl` command line (the parser of
+    `python -m entropyrl.commands.smoke`)."""
+    add_forwarded(
+        subparsers,
+        "smoke",
+        __name__,
+        "the CPU smoke of a recipe: plan, build, run, check (what `examples/*.sh --smoke` runs)",
+    )
 
 
 if __name__ == "__main__":

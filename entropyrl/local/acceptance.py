@@ -123,13 +123,13 @@ def run_acceptance(cfg: DemoConfig) -> dict[str, Any]:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m entropyrl.local.acceptance") -> int:
     """`python -m entropyrl.local.acceptance [demo options]` (defaults: seeds 0,1,2)."""
     import argparse
 
     from chair_server.options import add_options, from_args
 
-    parser = argparse.ArgumentParser(prog="python -m entropyrl.local.acceptance")
+    parser = argparse.ArgumentParser(prog=prog)
     add_options(parser, DemoConfig)
     parser.set_defaults(out="runs/acceptance")
     cfg = from_args(parser.parse_args(argv), DemoConfig)

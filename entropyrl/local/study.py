@@ -509,14 +509,14 @@ def _nan_for_null(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: math.nan if v is None else v for k, v in row.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m entropyrl.local.study") -> int:
     """`python -m entropyrl.local.study [demo options] [--variants K,...] [--combine DIR ...]`."""
     import argparse
 
     from chair_server.options import add_options, from_args
 
     parser = argparse.ArgumentParser(
-        prog="python -m entropyrl.local.study",
+        prog=prog,
         description="Ablation of the clip schedule and the entropy guidance from one warm-up "
         "per seed, against an equal-CPU-time control. Writes summary.md/.json, metrics.jsonl "
         "and study.png under --out.",

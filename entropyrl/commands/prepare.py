@@ -1,4 +1,5 @@
-"""``entropyrl prepare coco|fc|mixed-debug``: dataset converters on the command line.
+"""``entropyrl prepare coco|fc|mixed-debug``: the converters of `entropyrl.data` on the command
+line.
 
 Top-level imports stay light (argparse only) so ``entropyrl --help`` is fast; the converters
 and pyarrow load when a command runs. Exit codes: 0 done, 2 missing or malformed input, 130
