@@ -155,7 +155,7 @@ def output_folder(out: str, overwrite: bool) -> str:
 def warmup_cached(cfg: DemoConfig) -> bool:
     """Whether the captioning warm-up of `cfg` is in the cache (and the cache is on)."""
     from entropyrl.local.warmup_cache import warmup_entry
-    from entropyrl.models.tiny import pick_device
+    from entropyrl.models.loading import pick_device
 
     if not cfg.warmup_cache or cfg.model:
         return False
