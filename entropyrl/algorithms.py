@@ -1,7 +1,11 @@
 """The advantage estimators by name, with the spec each reads: one table for both engines.
 
-verl registers every entry but `grpo` (verl has its own) in a loop (`entropyrl.verl.estimators`);
-the local runner dispatches through `estimate`. An entry maps the same inputs (per-sample
+Each estimator is registered where it is defined, by `@estimator(name, ...)`, which also declares
+what it reads beyond the scores (per-token entropy, the reference policy's log-probs) and whether
+verl ships it itself. Every list of names and every engine's decision of which inputs to gather
+derives from these declarations: `entropyrl.estimator_names` reads them without importing torch.
+verl gets each entry but `grpo` (verl has its own) from `entropyrl.verl.estimators`; the local
+runner dispatches through `estimate`. An entry maps the same inputs (per-sample
 scores, group ids, the response mask, per-token entropy of the rollout policy and optionally the
 reference policy's sequence log-likelihood) to token-level advantages, so both engines give the
 same advantages for the same spec and inputs.
@@ -26,7 +30,15 @@ from entropyrl import maxent
 from entropyrl.entropy import segment_mask, sequence_entropy
 from entropyrl.specs import AlgorithmSpecs, EntropySpec
 
-__all__ = ["ESTIMATORS", "Estimate", "EstimatorInputs", "entropy_inputs", "estimate"]
+__all__ = [
+    "ESTIMATORS",
+    "Estimate",
+    "Estimator",
+    "EstimatorInputs",
+    "entropy_inputs",
+    "estimate",
+    "estimator",
+]
 
 
 @dataclass
@@ -121,12 +133,56 @@ def _sequence(inputs: EstimatorInputs, advantages: Tensor, metrics: dict[str, An
     return Estimate(adv.broadcast_to_tokens(advantages, inputs.mask), advantages, _floats(metrics))
 
 
+Formula = Callable[[EstimatorInputs, AlgorithmSpecs], Estimate]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One entry of the table: its formula and what it reads beyond scores, groups and mask.
+
+    entropy: per-token entropy of the rollout policy (without it a sample keeps its plain GRPO
+        advantage and is counted in `egpo/entropy/missing`).
+    reference: the reference policy's sequence log-likelihood (`maxent.beta > 0` needs it).
+    in_verl: verl registers an estimator of this name itself (the plugin registers the others).
+    """
+
+    name: str
+    formula: Formula
+    entropy: bool = False
+    reference: bool = False
+    in_verl: bool = False
+
+
+# name -> Estimator, filled by `@estimator` below, in definition order.
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def estimator(
+    name: str, *, entropy: bool = False, reference: bool = False, in_verl: bool = False
+) -> Callable[[Formula], Formula]:
+    """Register the decorated formula as estimator `name`, with what it reads.
+
+    Write the arguments as literals: `entropyrl.estimator_names` reads them from this file's
+    source, where torch is too heavy to import.
+    """
+
+    def register(formula: Formula) -> Formula:
+        if name in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is defined twice")
+        ESTIMATORS[name] = Estimator(name, formula, entropy, reference, in_verl)
+        return formula
+
+    return register
+
+
+@estimator("grpo", in_verl=True)
 def _grpo(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return _sequence(
         inputs, adv.grpo_advantage(inputs.scores, inputs.group, norm_by_std=inputs.norm_by_std), {}
     )
 
 
+@estimator("egpo", entropy=True)
 def _egpo(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     advantages, metrics = adv.egpo_bonus_advantage(
         inputs.scores,
@@ -139,6 +195,7 @@ def _egpo(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return _sequence(inputs, advantages, metrics)
 
 
+@estimator("egpo_ratio", entropy=True)
 def _egpo_ratio(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     spec = specs.egpo_ratio
     advantages, metrics = adv.egpo_ratio_advantage(
@@ -153,6 +210,7 @@ def _egpo_ratio(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return _sequence(inputs, advantages, metrics)
 
 
+@estimator("entropy_adv", entropy=True)
 def _entropy_adv(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     base = adv.grpo_advantage(inputs.scores, inputs.group, norm_by_std=inputs.norm_by_std)
     if inputs.token_entropy is None:
@@ -170,6 +228,7 @@ def _entropy_adv(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return Estimate(token, None, {"egpo/entropy/missing": missing})
 
 
+@estimator("maxent_grpo", reference=True)
 def _maxent(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     spec = specs.maxent
     reference = inputs.ref_seq_log_prob
@@ -193,22 +252,12 @@ def _maxent(inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     return _sequence(inputs, advantages, metrics)
 
 
-# name -> fn(inputs, specs); the names, importable without torch: `entropyrl.estimator_names`.
-ESTIMATORS: dict[str, Callable[[EstimatorInputs, AlgorithmSpecs], Estimate]] = {
-    "grpo": _grpo,
-    "egpo": _egpo,
-    "egpo_ratio": _egpo_ratio,
-    "entropy_adv": _entropy_adv,
-    "maxent_grpo": _maxent,
-}
-
-
 def estimate(name: str, inputs: EstimatorInputs, specs: AlgorithmSpecs) -> Estimate:
     """Advantages of estimator `name` (a key of `ESTIMATORS`) for one batch."""
     try:
-        estimator = ESTIMATORS[name]
+        entry = ESTIMATORS[name]
     except KeyError:
         raise ValueError(
             f"unknown advantage estimator {name!r}; known: {', '.join(ESTIMATORS)}"
         ) from None
-    return estimator(inputs, specs)
+    return entry.formula(inputs, specs)

@@ -1,19 +1,57 @@
-"""The names the plugin registers with verl (and of `entropyrl.algorithms.ESTIMATORS`), without imports.
+"""The names the plugin registers with verl, importable without torch.
 
-The table itself needs torch; these names are read where that is too heavy or too early: the
-local runner's CLI (stdlib only), the smoke check, and the verl plugin, which runs while one of
-our verl modules may still be half-imported and so may read no attribute of it.
-`tests/core/test_estimator_names.py` holds them against the table and verl's registry.
+The advantage estimators are declared once, where each is defined: the `@estimator(name, ...)`
+decorators of `entropyrl/algorithms.py`, with what each reads (per-token entropy, reference
+log-probs) and whether verl ships it. This module reads those declarations from that file's
+source (`ast`, no import): the names are needed where torch is too heavy or too early (the local
+runner's CLI, the smoke check, and the verl plugin, which runs while one of our verl modules may
+still be half-imported and so may read no attribute of it).
 """
 
-ESTIMATOR_NAMES: tuple[str, ...] = ("grpo", "egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
+import ast
+from pathlib import Path
+
+
+def _declared_estimators() -> dict[str, dict[str, bool]]:
+    """{name: {"entropy": bool, "reference": bool, "in_verl": bool}} in definition order, from
+    the `@estimator("name", flag=True, ...)` decorators of `entropyrl/algorithms.py`."""
+    source = Path(__file__).with_name("algorithms.py").read_text(encoding="utf-8")
+    declared: dict[str, dict[str, bool]] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            if (
+                isinstance(decorator, ast.Call)
+                and isinstance(decorator.func, ast.Name)
+                and decorator.func.id == "estimator"
+            ):
+                flags = {"entropy": False, "reference": False, "in_verl": False}
+                flags.update({kw.arg: ast.literal_eval(kw.value) for kw in decorator.keywords})
+                declared[ast.literal_eval(decorator.args[0])] = flags
+    return declared
+
+
+# {name: what it reads}: the one declaration, as `entropyrl.algorithms.ESTIMATORS` holds it.
+ESTIMATOR_NEEDS: dict[str, dict[str, bool]] = _declared_estimators()
+ESTIMATOR_NAMES: tuple[str, ...] = tuple(ESTIMATOR_NEEDS)
 # verl ships its own `grpo`; the plugin registers the others.
-VERL_ESTIMATORS: tuple[str, ...] = tuple(name for name in ESTIMATOR_NAMES if name != "grpo")
+VERL_ESTIMATORS: tuple[str, ...] = tuple(
+    name for name, needs in ESTIMATOR_NEEDS.items() if not needs["in_verl"]
+)
 # Those that read per-token entropy: without it a sample keeps its plain GRPO advantage and is
 # counted in `egpo/entropy/missing`.
-ENTROPY_ESTIMATORS: tuple[str, ...] = ("egpo", "egpo_ratio", "entropy_adv")
+ENTROPY_ESTIMATORS: tuple[str, ...] = tuple(
+    name for name, needs in ESTIMATOR_NEEDS.items() if needs["entropy"]
+)
+# Those that read the reference policy's log-probs.
+REFERENCE_ESTIMATORS: tuple[str, ...] = tuple(
+    name for name, needs in ESTIMATOR_NEEDS.items() if needs["reference"]
+)
+# The per-sample clip bound's policy loss (`entropyrl.verl.loss`).
+PER_SAMPLE_CLIP_LOSS = "per_sample_clip"
 # The policy losses the plugin registers with verl (`entropyrl.verl.loss`).
-VERL_POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
+VERL_POLICY_LOSSES: tuple[str, ...] = (PER_SAMPLE_CLIP_LOSS,)
 # `trainer.v1.trainer_mode` of the entropy-aware trainer (`entropyrl.verl.trainer`).
 VERL_TRAINER_MODE = "entropyrl"
 # The CPU wing (`entropyrl.verl.cpu`): verl's own platform override variable, the platform and

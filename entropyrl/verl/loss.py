@@ -22,6 +22,7 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
+from entropyrl.estimator_names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.losses import ppo_clip_loss
 from entropyrl.specs import PpoClipSpec
 from entropyrl.verl.inputs import clip_high_for_loss, current_clip_high
@@ -29,7 +30,7 @@ from entropyrl.verl.rank_metrics import global_batch_metrics
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.tensors import padded
 
-LOSS_NAME = "per_sample_clip"
+LOSS_NAME = PER_SAMPLE_CLIP_LOSS
 CLIP_FIELD = "clip_ratio_high"
 
 

@@ -20,7 +20,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-from entropyrl.estimator_names import CPU_PLATFORM, HF_ROLLOUT, cpu_selected
+from entropyrl.estimator_names import (
+    CPU_PLATFORM,
+    HF_ROLLOUT,
+    VERL_POLICY_LOSSES,
+    VERL_TRAINER_MODE,
+    cpu_selected,
+)
 from entropyrl.estimator_names import VERL_ESTIMATORS as ESTIMATORS
 from entropyrl.verl import validation
 
@@ -34,8 +40,8 @@ if CPU_RUN:
 # actor unpickling the rollout server, say) reaches this file while that module is still
 # half-imported, so nothing below may read its attributes (`entropyrl.estimator_names` imports
 # nothing, so it is never half-imported).
-POLICY_LOSSES: tuple[str, ...] = ("per_sample_clip",)
-TRAINERS: tuple[str, ...] = ("entropyrl",)
+POLICY_LOSSES: tuple[str, ...] = VERL_POLICY_LOSSES
+TRAINERS: tuple[str, ...] = (VERL_TRAINER_MODE,)
 ROLLOUTS: tuple[str, ...] = (HF_ROLLOUT,) if CPU_RUN else ()
 PLATFORMS: tuple[str, ...] = (CPU_PLATFORM,) if CPU_RUN else ()
 _MODULES = {

@@ -1,4 +1,5 @@
-"""Every list of estimator names is the table's (`entropyrl.algorithms.ESTIMATORS`)."""
+"""Every list of estimator names derives from the table's declarations (`@estimator` in
+`entropyrl/algorithms.py`), read by import and, without torch, from the source."""
 
 from __future__ import annotations
 
@@ -10,9 +11,20 @@ from entropyrl.algorithms import ESTIMATORS, EstimatorInputs, estimate
 from entropyrl.specs import AlgorithmSpecs, MaxEntSpec
 
 
-def test_the_names_are_the_tables():
-    assert tuple(ESTIMATORS) == estimator_names.ESTIMATOR_NAMES
-    assert tuple(name for name in ESTIMATORS if name != "grpo") == estimator_names.VERL_ESTIMATORS
+def test_the_source_reading_sees_what_the_import_registers():
+    """The torch-free reading of the decorators gives the table the import builds."""
+    assert {
+        name: {"entropy": e.entropy, "reference": e.reference, "in_verl": e.in_verl}
+        for name, e in ESTIMATORS.items()
+    } == estimator_names.ESTIMATOR_NEEDS
+    assert estimator_names.VERL_ESTIMATORS == ("egpo", "egpo_ratio", "entropy_adv", "maxent_grpo")
+
+
+def test_an_estimator_is_defined_once():
+    from entropyrl.algorithms import estimator
+
+    with pytest.raises(ValueError, match="defined twice"):
+        estimator("egpo")(lambda inputs, specs: None)
 
 
 def test_every_reader_uses_the_names():
