@@ -17,40 +17,53 @@ import torch
 
 from entropyrl.algorithms import entropy_inputs
 from entropyrl.clip_schedules import clip_high_bounds
-from entropyrl.specs import ClipScheduleSpec, EntropySpec
-from entropyrl.verl.inputs import AdvantageInputs
+from entropyrl.estimator_names import ESTIMATOR_NEEDS
+from entropyrl.specs import AlgorithmSpecs, ClipScheduleSpec
+from entropyrl.verl.inputs import Step
 
 
-def build_advantage_inputs(
+def build_step(
     *,
+    specs: AlgorithmSpecs,
+    estimator: str,
     response_mask: torch.Tensor,
     responses: torch.Tensor | None,
     entropy: torch.Tensor | None,
     old_log_probs: torch.Tensor | None,
     ref_log_prob: torch.Tensor | None,
-    spec: EntropySpec,
     think_ids: tuple[Sequence[int], Sequence[int]] | None,
-) -> AdvantageInputs:
-    """Per-token entropy and its segment mask for the registered estimators (tensors [B, T]).
+    clip_high: torch.Tensor | None = None,
+) -> tuple[Step, dict[str, float]]:
+    """The step context for `estimator` (tensors [B, T]; `clip_high` [B]) and its metrics.
 
-    Missing entropy (verl's bypass mode, or a worker that did not compute it) leaves
+    What goes in follows the estimator's declaration (`entropyrl.estimator_names`): per-token
+    entropy and its segment for those that read entropy, the reference log-probs for those that
+    read them. Missing entropy (verl's bypass mode, or a worker that did not compute it) leaves
     `token_entropy` None: the estimators then fall back to GRPO and count it.
     """
-    token_entropy, segment, found = entropy_inputs(
-        spec,
-        response_mask,
-        entropy=entropy,
-        old_log_prob=old_log_probs,
-        responses=responses,
-        think_ids=think_ids,
+    needs = ESTIMATOR_NEEDS.get(estimator, {})
+    token_entropy = segment = None
+    metrics: dict[str, float] = {}
+    if needs.get("entropy"):
+        token_entropy, segment, found = entropy_inputs(
+            specs.entropy,
+            response_mask,
+            entropy=entropy,
+            old_log_prob=old_log_probs,
+            responses=responses,
+            think_ids=think_ids,
+        )
+        if found is not None:
+            rows = response_mask.bool().any(dim=-1)
+            metrics["egpo/segment/fallback"] = float((rows & ~found).sum().item())
+    step = Step(
+        specs=specs,
+        token_entropy=token_entropy,
+        segment_mask=segment,
+        ref_log_prob=ref_log_prob if needs.get("reference") else None,
+        clip_high=clip_high,
     )
-    inputs = AdvantageInputs(
-        token_entropy=token_entropy, segment_mask=segment, ref_log_prob=ref_log_prob
-    )
-    if found is not None:
-        rows = response_mask.bool().any(dim=-1)
-        inputs.metrics["egpo/segment/fallback"] = float((rows & ~found).sum().item())
-    return inputs
+    return step, metrics
 
 
 def _unwrap(value: Any) -> Any:

@@ -1,71 +1,77 @@
-"""Inputs verl does not pass to estimators and policy losses, handed over through context variables.
+"""One step context: what verl's fixed calls do not pass to our registered functions.
 
 verl calls a registered estimator with rewards, mask, config and group ids only, and its
-`ppo_loss` hands a policy loss fixed tensors only. The trainer (or a test) opens one of these
-contexts around verl's own call so the registered function can read the extra tensors; outside
-a context the functions behave like plain GRPO / verl's `vanilla`.
+`ppo_loss` hands a policy loss fixed tensors only. The caller (the trainer on the driver, the
+loss callable on an actor worker, or a test) builds one `Step` and runs verl's own call through
+`with_step`, which makes the step visible to the registered functions inside and returns, beside
+the call's result, the metrics they reported. Outside a step the registered functions behave
+like plain GRPO / verl's `vanilla` and read the algorithm sections from verl's `config`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
+from entropyrl.specs import AlgorithmSpecs
 
-@dataclass
-class AdvantageInputs:
-    """Per-step tensors for the entropy-aware estimators (all [B, T], aligned with responses).
+T = TypeVar("T")
 
-    token_entropy: per-token entropy of the rollout (old) policy, or None when unavailable.
-    segment_mask: tokens whose entropy forms H_i (answer / thinking / full), or None for the
-        whole response.
-    ref_log_prob: per-token log-probs of the reference policy (MaxEnt-GRPO), or None.
-    metrics: filled by the estimator (`egpo/*`, `maxent/*`) for the trainer to log.
+
+@dataclass(frozen=True)
+class Step:
+    """One training step's context (tensors aligned with the responses).
+
+    specs: the run's algorithm sections, parsed once when the trainer was built (None: the
+        estimator reads verl's `config`).
+    token_entropy: [B, T] per-token entropy of the rollout (old) policy, or None when unavailable.
+    segment_mask: [B, T] tokens whose entropy forms H_i (answer / thinking / full), or None for
+        the whole response.
+    ref_log_prob: [B, T] per-token log-probs of the reference policy (MaxEnt-GRPO), or None.
+    clip_high: [B] each sample's PPO clip-high bound from the clip schedule, or None (verl's
+        constant `actor.clip_ratio_high` for every sample).
     """
 
+    specs: AlgorithmSpecs | None = None
     token_entropy: torch.Tensor | None = None
     segment_mask: torch.Tensor | None = None
     ref_log_prob: torch.Tensor | None = None
+    clip_high: torch.Tensor | None = None
+
+
+@dataclass
+class _Open:
+    step: Step
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-_ADVANTAGE_INPUTS: ContextVar[AdvantageInputs | None] = ContextVar(
-    "entropyrl_advantage_inputs", default=None
-)
-_CLIP_RATIO_HIGH: ContextVar[torch.Tensor | None] = ContextVar(
-    "entropyrl_clip_ratio_high", default=None
-)
+_STEP: ContextVar[_Open | None] = ContextVar("entropyrl_step", default=None)
 
 
-@contextmanager
-def advantage_inputs(inputs: AdvantageInputs) -> Iterator[AdvantageInputs]:
-    """Make `inputs` visible to the registered estimators inside the block."""
-    token = _ADVANTAGE_INPUTS.set(inputs)
+def with_step(step: Step, call: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """`call()` with `step` visible to the registered functions; its result and their metrics."""
+    opened = _Open(step)
+    token = _STEP.set(opened)
     try:
-        yield inputs
+        result = call()
     finally:
-        _ADVANTAGE_INPUTS.reset(token)
+        _STEP.reset(token)
+    return result, opened.metrics
 
 
-def current_advantage_inputs() -> AdvantageInputs | None:
-    """The inputs of the innermost open `advantage_inputs` block, or None."""
-    return _ADVANTAGE_INPUTS.get()
+def current_step() -> Step | None:
+    """The step of the innermost `with_step` call, or None."""
+    opened = _STEP.get()
+    return None if opened is None else opened.step
 
 
-@contextmanager
-def clip_high_for_loss(clip_ratio_high: torch.Tensor | None) -> Iterator[None]:
-    """Make a per-sample epsilon_high ([B]) visible to the registered policy loss inside the block."""
-    token = _CLIP_RATIO_HIGH.set(clip_ratio_high)
-    try:
-        yield
-    finally:
-        _CLIP_RATIO_HIGH.reset(token)
-
-
-def current_clip_high() -> torch.Tensor | None:
-    """The per-sample epsilon_high ([B]) of the innermost open block, or None."""
-    return _CLIP_RATIO_HIGH.get()
+def report(metrics: Mapping[str, float]) -> None:
+    """Hand `metrics` back to the innermost `with_step` caller (dropped outside one: verl's own
+    call of a registered function has no place for them)."""
+    opened = _STEP.get()
+    if opened is not None:
+        opened.metrics.update(metrics)

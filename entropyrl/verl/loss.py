@@ -1,8 +1,8 @@
 """Per-sample clip-high for verl: a registered policy loss and the actor loss callable that feeds it.
 
 `per_sample_clip` (select with `actor_rollout_ref.actor.policy_loss.loss_mode=per_sample_clip`)
-is exactly verl's `vanilla` unless a per-sample epsilon_high is visible through
-`entropyrl.verl.inputs.clip_high_for_loss`; then the per-token surrogate comes from
+is exactly verl's `vanilla` unless the step context (`entropyrl.verl.inputs.with_step`) carries
+a per-sample clip-high bound; then the per-token surrogate comes from
 `entropyrl.losses.ppo_clip_loss` (unaggregated) with that [B] tensor and verl's own `agg_loss` aggregates
 it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
 on the actor workers with `set_loss_fn`) reads the `clip_ratio_high` field of each micro-batch,
@@ -25,7 +25,7 @@ from verl.trainer.ppo.core_algos import (
 from entropyrl.estimator_names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.losses import ppo_clip_loss
 from entropyrl.specs import PpoClipSpec
-from entropyrl.verl.inputs import clip_high_for_loss, current_clip_high
+from entropyrl.verl.inputs import Step, current_step, with_step
 from entropyrl.verl.rank_metrics import global_batch_metrics
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.tensors import padded
@@ -54,7 +54,8 @@ def compute_policy_loss_per_sample_clip(
     Without a per-sample field this is verl's `vanilla` (same function, same metrics). With
     one, epsilon_low and the dual-clip constant still come from the actor config.
     """
-    clip_high = current_clip_high()
+    step = current_step()
+    clip_high = None if step is None else step.clip_high
     if clip_high is None:
         return compute_policy_loss_vanilla(
             old_log_prob=old_log_prob,
@@ -150,8 +151,9 @@ class PerSampleClipPPOLoss:
         trace = recorder()
         if trace is not None:
             self._trace(trace, data, clip_high)
-        with clip_high_for_loss(clip_high):
-            loss, metrics = ppo_loss(config, model_output, data, dp_group)
+        (loss, metrics), _ = with_step(
+            Step(clip_high=clip_high), lambda: ppo_loss(config, model_output, data, dp_group)
+        )
         # Clip fractions as shares of the whole mini-batch, not means of the ranks' means.
         return loss, global_batch_metrics(metrics, data)
 

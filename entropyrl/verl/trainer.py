@@ -2,8 +2,10 @@
 
 Per step, around verl's own `_compute_advantage` (KL-in-reward, rollout correction and the
 estimator call stay verl's):
-- the per-token entropy of the old-policy pass (verl stores it as `entropy`) and its `<think>`
-  segment reach our estimators through `entropyrl.verl.inputs.advantage_inputs`;
+- one step context (`entropyrl.verl.inputs.Step`) carries the run's parsed algorithm sections,
+  what the estimator declares it reads (the per-token entropy of the old-policy pass, which verl
+  stores as `entropy`, and its `<think>` segment; the reference log-probs) and the step's clip
+  bounds into verl's estimator call; the estimator's metrics come back from `with_step`;
 - each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_ratio_high`, written next
   to `advantages` so every mini-batch and PPO epoch of the actor update carries it;
 - `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
@@ -47,18 +49,18 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.entropy import think_tag_ids
-from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_TRAINER_MODE
+from entropyrl.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import checkpoints, reward_failures
 from entropyrl.verl.hooks import (
-    build_advantage_inputs,
+    build_step,
     chair_from_extra_fields,
     chair_status_metrics,
     clip_ratio_high_from_chair,
     reward_infos,
     reward_part_metrics,
 )
-from entropyrl.verl.inputs import advantage_inputs
+from entropyrl.verl.inputs import with_step
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
 from entropyrl.verl.lost_samples import (
     LostSamplesError,
@@ -318,14 +320,14 @@ class EntropyPPOTrainer(PPOTrainerSync):
             self.actor_rollout_wg.set_loss_fn(PerSampleClipPPOLoss(actor))
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
-        algorithm = self.config.algorithm
-        wants_entropy = algorithm.adv_estimator in VERL_ESTIMATORS
+        estimator = str(self.config.algorithm.adv_estimator)
+        ours = estimator in VERL_ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable
         trace = recorder()  # the smoke's per-sample rows, when the run asks for them
         tracing = trace is not None
         # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
         caption = self.config.reward.custom_reward_function.get("name") == CAPTION_REWARD_NAME
-        if not wants_entropy and not wants_clip and not tracing and not caption:
+        if not ours and not wants_clip and not tracing and not caption:
             return super()._compute_advantage(batch, metrics)
         names = step_field_names(self.config, bool(self.use_reference_policy))
         tensors, extra_fields = fetch_step_fields(batch, names)
@@ -333,25 +335,28 @@ class EntropyPPOTrainer(PPOTrainerSync):
         valid = torch.tensor(
             [not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool
         )
-        if wants_entropy:
-            inputs = build_advantage_inputs(
+        chair_i = chair_from_extra_fields(extra_fields, len(batch))
+        clip_high, clip_metrics = clip_ratio_high_from_chair(
+            chair_i, self.specs.clip_schedule, valid
+        )
+        verl_step = functools.partial(super()._compute_advantage, batch, metrics)
+        if ours:
+            step, step_metrics = build_step(
+                specs=self.specs,
+                estimator=estimator,
                 response_mask=tensors["response_mask"],
                 responses=tensors["responses"],
                 entropy=tensors["entropy"],
                 old_log_probs=tensors["old_log_probs"],
                 ref_log_prob=tensors["ref_log_prob"],
-                spec=self.specs.entropy,
-                think_ids=self.think_ids(),
+                think_ids=self.think_ids() if ESTIMATOR_NEEDS[estimator]["entropy"] else None,
+                clip_high=clip_high,
             )
-            with advantage_inputs(inputs):
-                batch = super()._compute_advantage(batch, metrics)
-            metrics.update(inputs.metrics)
+            batch, estimator_metrics = with_step(step, verl_step)
+            metrics.update(step_metrics)
+            metrics.update(estimator_metrics)
         else:
-            batch = super()._compute_advantage(batch, metrics)
-        chair_i = chair_from_extra_fields(extra_fields, len(batch))
-        clip_high, clip_metrics = clip_ratio_high_from_chair(
-            chair_i, self.specs.clip_schedule, valid
-        )
+            batch = verl_step()
         metrics.update(clip_metrics)
         metrics.update(chair_status_metrics(extra_fields, valid))
         metrics.update(reward_part_metrics(extra_fields, valid))

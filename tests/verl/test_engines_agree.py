@@ -2,7 +2,7 @@
 check (`entropyrl.commands.smoke_check`, independent of `entropyrl.advantages`,
 `entropyrl.clip_schedules` and verl) give for the same spec and inputs.
 
-verl path: the trainer's input builder (`hooks.build_advantage_inputs`) and verl's own
+verl path: the trainer's input builder (`hooks.build_step`) and verl's own
 `compute_advantage` calling our registered estimator; local path: `local.rl.compute_advantages`
 and `local.rl.sample_clip_high` as `rl_step` calls them. One spec, parsed once from a
 verl-style `algorithm` mapping, drives both. The engines share one table of estimators by
@@ -25,8 +25,8 @@ from entropyrl.algorithms import ESTIMATORS
 from entropyrl.commands.smoke_check import clip_rule, expected_advantages
 from entropyrl.local.rl import RLSettings, compute_advantages, sample_clip_high
 from entropyrl.specs import PpoClipSpec, algorithm_specs
-from entropyrl.verl.hooks import build_advantage_inputs, clip_ratio_high_from_chair
-from entropyrl.verl.inputs import advantage_inputs
+from entropyrl.verl.hooks import build_step, clip_ratio_high_from_chair
+from entropyrl.verl.inputs import with_step
 
 THINK = ([90], [91])  # token ids of <think> and </think> in these hand-built responses
 ALGORITHM = {
@@ -83,21 +83,24 @@ def test_same_advantages(name, seed):
     algorithm = OmegaConf.create({**ALGORITHM, "adv_estimator": name})
     specs = algorithm_specs(algorithm)
 
-    inputs = build_advantage_inputs(
+    step, _ = build_step(
+        specs=specs,
+        estimator=name,
         response_mask=mask,
         responses=responses,
         entropy=entropy,
         old_log_probs=None,
         ref_log_prob=ref,
-        spec=specs.entropy,
         think_ids=THINK,
     )
     data = DataProto.from_dict(
         tensors={"token_level_rewards": rewards, "response_mask": mask.float()},
         non_tensors={"uid": np.array([f"p{g}" for g in group.tolist()], dtype=object)},
     )
-    with advantage_inputs(inputs):
-        verl_adv = compute_advantage(data, adv_estimator=name, config=algorithm).batch["advantages"]
+    verl_data, _ = with_step(
+        step, lambda: compute_advantage(data, adv_estimator=name, config=algorithm)
+    )
+    verl_adv = verl_data.batch["advantages"]
 
     settings = local_settings(name, specs)
     local = compute_advantages(

@@ -16,9 +16,9 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
 from entropyrl import advantages as core
 from entropyrl.maxent import maxent_advantage
-from entropyrl.specs import SpecError
+from entropyrl.specs import SpecError, algorithm_specs
 from entropyrl.verl.estimators import group_ids
-from entropyrl.verl.inputs import AdvantageInputs, advantage_inputs
+from entropyrl.verl.inputs import Step, with_step
 
 ALGORITHM = OmegaConf.create(
     {
@@ -47,17 +47,19 @@ def make_batch(seed: int, groups: int = 3, per_group: int = 4, width: int = 7):
     return rewards, mask, uid, scores, entropy, ref
 
 
-def through_verl(name: str, rewards, mask, uid, inputs: AdvantageInputs | None, config=ALGORITHM):
+def through_verl(name: str, rewards, mask, uid, step: Step | None, config=ALGORITHM):
+    """verl's advantage step for `name` inside `step`: (advantages, returns, metrics)."""
     data = DataProto.from_dict(
         tensors={"token_level_rewards": rewards.clone(), "response_mask": mask.clone()},
         non_tensors={"uid": uid},
     )
-    if inputs is None:
-        out = compute_advantage(data, adv_estimator=name, config=config)
+    if step is None:
+        out, metrics = compute_advantage(data, adv_estimator=name, config=config), {}
     else:
-        with advantage_inputs(inputs):
-            out = compute_advantage(data, adv_estimator=name, config=config)
-    return out.batch["advantages"], out.batch["returns"]
+        out, metrics = with_step(
+            step, lambda: compute_advantage(data, adv_estimator=name, config=config)
+        )
+    return out.batch["advantages"], out.batch["returns"], metrics
 
 
 def reference_entropy(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -77,27 +79,25 @@ def int_groups(uid) -> torch.Tensor:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_egpo_equals_core(seed):
     rewards, mask, uid, scores, entropy, _ = make_batch(seed)
-    inputs = AdvantageInputs(token_entropy=entropy)
-    adv, returns = through_verl("egpo", rewards, mask, uid, inputs)
+    adv, returns, got = through_verl("egpo", rewards, mask, uid, Step(token_entropy=entropy))
     expected, metrics = core.egpo_bonus_advantage(
         scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.4, alpha=2.0
     )
     torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
     torch.testing.assert_close(returns, adv)
-    assert inputs.metrics["egpo/bonus/mean"] == pytest.approx(metrics["egpo/bonus/mean"])
-    assert inputs.metrics["egpo/entropy/missing"] == 0
+    assert got["egpo/bonus/mean"] == pytest.approx(metrics["egpo/bonus/mean"])
+    assert got["egpo/entropy/missing"] == 0
 
 
 @pytest.mark.parametrize("name", ["egpo", "egpo_ratio", "entropy_adv"])
 def test_without_entropy_is_verl_grpo(name):
     rewards, mask, uid, *_ = make_batch(3)
-    verl_grpo, _ = through_verl("grpo", rewards, mask, uid, None)
-    inputs = AdvantageInputs()
-    ours, _ = through_verl(name, rewards, mask, uid, inputs)
+    verl_grpo, _, _ = through_verl("grpo", rewards, mask, uid, None)
+    ours, _, metrics = through_verl(name, rewards, mask, uid, Step())
     torch.testing.assert_close(ours, verl_grpo, atol=1e-5, rtol=1e-5)
-    assert inputs.metrics["egpo/entropy/missing"] == mask.shape[0]
+    assert metrics["egpo/entropy/missing"] == mask.shape[0]
     # No context at all (verl's stock trainer): the same fallback.
-    ours, _ = through_verl(name, rewards, mask, uid, None)
+    ours, _, _ = through_verl(name, rewards, mask, uid, None)
     torch.testing.assert_close(ours, verl_grpo, atol=1e-5, rtol=1e-5)
 
 
@@ -107,8 +107,8 @@ def test_egpo_ratio_equals_core_on_segment(seed):
     # Entropy over a segment: drop each response's first token.
     segment = mask.clone()
     segment[:, 0] = 0
-    inputs = AdvantageInputs(token_entropy=entropy, segment_mask=segment.bool())
-    adv, _ = through_verl("egpo_ratio", rewards, mask, uid, inputs)
+    step = Step(token_entropy=entropy, segment_mask=segment.bool())
+    adv, _, metrics = through_verl("egpo_ratio", rewards, mask, uid, step)
     expected, _ = core.egpo_ratio_advantage(
         scores,
         reference_entropy(entropy, segment),
@@ -120,12 +120,12 @@ def test_egpo_ratio_equals_core_on_segment(seed):
     torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
     # One-token responses have an empty segment: counted as missing, plain GRPO for them.
     empty = int((segment.sum(-1) == 0).sum())
-    assert inputs.metrics["egpo/entropy/missing"] == empty
+    assert metrics["egpo/entropy/missing"] == empty
 
 
 def test_entropy_adv_equals_core():
     rewards, mask, uid, scores, entropy, _ = make_batch(5)
-    adv, _ = through_verl("entropy_adv", rewards, mask, uid, AdvantageInputs(token_entropy=entropy))
+    adv, _, _ = through_verl("entropy_adv", rewards, mask, uid, Step(token_entropy=entropy))
     base = core.grpo_advantage(scores, int_groups(uid))
     expected = core.entropy_shaped_token_advantage(base, entropy, mask, alpha=0.4, kappa=2.0)
     torch.testing.assert_close(adv, expected)
@@ -133,13 +133,13 @@ def test_entropy_adv_equals_core():
 
 def test_maxent_equals_core_and_needs_reference():
     rewards, mask, uid, scores, _, ref = make_batch(6)
-    adv, _ = through_verl("maxent_grpo", rewards, mask, uid, AdvantageInputs(ref_log_prob=ref))
+    adv, _, _ = through_verl("maxent_grpo", rewards, mask, uid, Step(ref_log_prob=ref))
     expected, _ = maxent_advantage(
         scores, (ref * mask).sum(-1), int_groups(uid), tau=0.7, beta=0.2, source="rewards"
     )
     torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
     with pytest.raises(ValueError, match="reference policy"):
-        through_verl("maxent_grpo", rewards, mask, uid, AdvantageInputs())
+        through_verl("maxent_grpo", rewards, mask, uid, Step())
 
 
 def test_group_ids_from_uid_strings():
@@ -155,13 +155,13 @@ def test_group_ids_from_uid_strings():
 def test_permuting_the_batch_permutes_the_advantages():
     rewards, mask, uid, _, entropy, _ = make_batch(7)
     perm = torch.randperm(mask.shape[0], generator=torch.Generator().manual_seed(0))
-    adv, _ = through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy))
-    adv_p, _ = through_verl(
+    adv, _, _ = through_verl("egpo", rewards, mask, uid, Step(token_entropy=entropy))
+    adv_p, _, _ = through_verl(
         "egpo",
         rewards[perm],
         mask[perm],
         uid[perm.numpy()],
-        AdvantageInputs(token_entropy=entropy[perm]),
+        Step(token_entropy=entropy[perm]),
     )
     torch.testing.assert_close(adv_p, adv[perm])
 
@@ -172,11 +172,37 @@ def test_a_removed_key_stops_the_estimator_with_its_new_name():
     with pytest.raises(
         SpecError, match=r"algorithm\.egpo_lambda was removed: use algorithm\.egpo_bonus\.lam"
     ):
-        through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), old)
+        through_verl("egpo", rewards, mask, uid, Step(token_entropy=entropy), old)
 
 
 def test_misspelt_key_is_refused_naming_it():
     rewards, mask, uid, _, entropy, _ = make_batch(9)
     bad = OmegaConf.create({"adv_estimator": "egpo", "egpo_bonus": {"lamda": 0.3}})
     with pytest.raises(ValueError, match=r"'lamda'.*accepted: lam, alpha"):
-        through_verl("egpo", rewards, mask, uid, AdvantageInputs(token_entropy=entropy), bad)
+        through_verl("egpo", rewards, mask, uid, Step(token_entropy=entropy), bad)
+
+
+def test_each_estimator_is_defined_under_its_verl_name():
+    """Registered where defined (as verl's own core_algos), one per declared name."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    from entropyrl.estimator_names import VERL_ESTIMATORS
+    from entropyrl.verl import estimators
+
+    for name in VERL_ESTIMATORS:
+        registered = ADV_ESTIMATOR_REGISTRY[name]
+        assert registered.__name__ == f"compute_{name}_advantage"
+        assert getattr(estimators, registered.__name__) is registered
+
+
+def test_the_step_carries_the_parsed_specs():
+    """Inside a step the estimator reads the run's specs, parsed once, not verl's config."""
+    rewards, mask, uid, scores, entropy, _ = make_batch(10)
+    specs = algorithm_specs({"egpo_bonus": {"lam": 0.1}})
+    bad = OmegaConf.create({"adv_estimator": "egpo", "egpo_bonus": {"lamda": 0.3}})
+    step = Step(specs=specs, token_entropy=entropy)
+    adv, _, _ = through_verl("egpo", rewards, mask, uid, step, bad)
+    expected, _ = core.egpo_bonus_advantage(
+        scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.1, alpha=2.0
+    )
+    torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)

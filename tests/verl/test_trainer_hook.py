@@ -20,10 +20,10 @@ import entropyrl.verl.plugin  # noqa: F401
 from entropyrl import advantages as core
 from entropyrl.clip_schedules import clip_high_bounds
 from entropyrl.entropy import think_tag_ids
-from entropyrl.specs import ClipScheduleSpec, EntropySpec, algorithm_specs
+from entropyrl.specs import AlgorithmSpecs, ClipScheduleSpec, EntropySpec, algorithm_specs
 from entropyrl.verl import trainer as trainer_module
 from entropyrl.verl.hooks import (
-    build_advantage_inputs,
+    build_step,
     chair_from_extra_fields,
     clip_ratio_high_from_chair,
 )
@@ -226,19 +226,35 @@ def test_build_inputs_segments_and_sources():
     responses = torch.tensor([[7, 1, 2, 8, 3, 0], [1, 2, 3, 4, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
     old = -torch.arange(12, dtype=torch.float32).reshape(2, 6) / 10
-    inputs = build_advantage_inputs(
+    specs = AlgorithmSpecs(entropy=EntropySpec(mode="thinking", source="nll"))
+    step, metrics = build_step(
+        specs=specs,
+        estimator="egpo",
         response_mask=mask,
         responses=responses,
         entropy=None,
         old_log_probs=old,
-        ref_log_prob=None,
-        spec=EntropySpec(mode="thinking", source="nll"),
+        ref_log_prob=-old,
         think_ids=([7], [8]),
     )
-    torch.testing.assert_close(inputs.token_entropy, -old)
-    assert inputs.segment_mask[0].tolist() == [False, True, True, False, False, False]
-    assert inputs.segment_mask[1].tolist() == [True, True, True, True, False, False]  # fallback
-    assert inputs.metrics["egpo/segment/fallback"] == 1
+    torch.testing.assert_close(step.token_entropy, -old)
+    assert step.segment_mask[0].tolist() == [False, True, True, False, False, False]
+    assert step.segment_mask[1].tolist() == [True, True, True, True, False, False]  # fallback
+    assert metrics == {"egpo/segment/fallback": 1}
+    assert step.specs is specs and step.ref_log_prob is None  # egpo does not read the reference
+    # What goes in follows the estimator's declaration: maxent_grpo reads the reference only.
+    step, metrics = build_step(
+        specs=specs,
+        estimator="maxent_grpo",
+        response_mask=mask,
+        responses=responses,
+        entropy=None,
+        old_log_probs=old,
+        ref_log_prob=-old,
+        think_ids=None,
+    )
+    assert step.token_entropy is None and metrics == {}
+    torch.testing.assert_close(step.ref_log_prob, -old)
     with pytest.raises(ValueError, match=r"entropy\.source"):
         algorithm_specs({"entropy": {"source": "logprob"}})
 
