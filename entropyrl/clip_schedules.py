@@ -1,4 +1,4 @@
-"""Per-sample clip-high bound (eps_high) from a hallucination score such as CHAIR_i."""
+"""Per-sample clip_high bound (PPO's upper clip, 1 + clip_high) from a hallucination score such as CHAIR_i."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ __all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_bounds"]
 def clip_high_bounds(
     chair_i: Tensor | None, spec: ClipScheduleSpec, *, batch_size: int | None = None
 ) -> Tensor:
-    """Map each sample's hallucination score to its PPO eps_high under `spec`'s rule.
+    """Map each sample's hallucination score to its PPO clip_high bound under `spec`'s rule.
 
     With ``direction="hallucinated_high"`` (EntropyRL's), the bound moves from ``low`` for a
     clean caption to ``high`` for a hallucinating one, giving hallucinating samples more room
@@ -33,7 +33,7 @@ def clip_high_bounds(
     defaults to ``low``, so a missing score never widens the update; without any scores
     (``chair_i`` None) every one of the ``batch_size`` samples gets it. Callers count NaNs in
     their metrics. The spec's values were checked when it was built; ``spec.enable`` is the
-    caller's to read (a disabled schedule means the engine's own constant eps_high).
+    caller's to read (a disabled schedule means the engine's own constant clip_high).
 
     Args:
         chair_i: Tensor[B] scores >= 0 (NaN = missing), or None (no scores at all).

@@ -7,7 +7,7 @@ misspelt knob fails at start instead of silently keeping its default. The core f
 their keyword defaults from these classes (`lam: float = EgpoBonusSpec.lam`).
 
 Sections:
-- `clip_schedule`: per-sample eps_high from a hallucination score (`entropyrl.clip_schedules`).
+- `clip_schedule`: per-sample clip_high from a hallucination score (`entropyrl.clip_schedules`).
 - `entropy`: which per-token quantity and which tokens form a sample's entropy H_i.
 - `egpo_bonus`: the additive EGPO bonus (`advantages.egpo_bonus_advantage`).
 - `egpo_ratio`: the multiplicative entropy-ratio calibration (`advantages.egpo_ratio_advantage`).
@@ -132,7 +132,7 @@ def _coerce(value: Any, f: dataclasses.Field, key: str) -> Any:
 
 @dataclass(frozen=True)
 class ClipScheduleSpec(Spec):
-    """Per-sample PPO eps_high from each sample's hallucination score (CHAIR_i).
+    """Per-sample PPO clip_high from each sample's hallucination score (CHAIR_i).
 
     Checked here, once: `entropyrl.clip_schedules.clip_high_bounds` applies the rule to a
     built spec and relies on these checks (the bounds lie in [min(low, high), max(low, high)]
@@ -141,15 +141,17 @@ class ClipScheduleSpec(Spec):
 
     SECTION: ClassVar[str] = "clip_schedule"
 
-    enable: bool = _help(False, "give each sample its own eps_high from its CHAIR_i")
-    rule: str = _help("step", "shape of the map from CHAIR_i to eps_high", CLIP_RULES)
-    low: float = _help(0.3, "eps_high of a clean sample (the EntropyRL recipe: 0.3)")
-    high: float = _help(0.5, "eps_high of a hallucinating sample (the EntropyRL recipe: 0.5)")
+    enable: bool = _help(False, "give each sample its own clip_high from its CHAIR_i")
+    rule: str = _help("step", "shape of the map from CHAIR_i to clip_high", CLIP_RULES)
+    low: float = _help(0.3, "clip_high of a clean sample (the EntropyRL recipe: 0.3)")
+    high: float = _help(0.5, "clip_high of a hallucinating sample (the EntropyRL recipe: 0.5)")
     threshold: float = _help(1e-4, "CHAIR_i at which a sample counts as hallucinating")
     direction: str = _help(
         "hallucinated_high", "which end of [low, high] hallucinating samples get", DIRECTIONS
     )
-    neutral: float | None = _help(None, "eps_high of a sample without a CHAIR score (default: low)")
+    neutral: float | None = _help(
+        None, "clip_high of a sample without a CHAIR score (default: low)"
+    )
     saturation: float = _help(1.0, "CHAIR_i where the linear rule reaches its far end")
     temperature: float = _help(0.05, "width of the sigmoid rule's step, in CHAIR_i")
 
@@ -290,7 +292,7 @@ class PpoClipSpec(Spec):
 
     clip_low: float = _help(0.2, "eps_low: the ratio's lower clip is 1 - eps_low")
     clip_high: float = _help(
-        0.28, "eps_high of every sample when no clip schedule is enabled (DAPO clip-higher)"
+        0.28, "clip_high of every sample when no clip schedule is enabled (DAPO clip-higher)"
     )
     clip_c: float = _help(3.0, "dual-clip constant for negative advantages (> 1)")
 

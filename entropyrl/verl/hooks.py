@@ -4,7 +4,7 @@
 these, and writes the results back; tests call them on hand-built batches. Settings come from
 the algorithm sections (`entropyrl.specs`): `algorithm.entropy.{mode, source}` shape the
 estimators' entropy input, `algorithm.clip_schedule.*` turns each sample's CHAIR_i into its
-eps_high.
+clip_high bound.
 """
 
 from __future__ import annotations
@@ -178,10 +178,10 @@ def chair_status_metrics(
     }
 
 
-def clip_ratio_high_from_chair(
+def clip_high_from_chair(
     chair_i: torch.Tensor, spec: ClipScheduleSpec, valid: torch.Tensor | None = None
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
-    """Per-sample eps_high [B] from CHAIR_i [B] (NaN = unavailable), or None when disabled.
+    """Per-sample clip_high [B] from CHAIR_i [B] (NaN = unavailable), or None when disabled.
 
     Disabled, verl's own `actor.clip_ratio_high` applies to every sample (the loss runs as
     verl's `vanilla`). Samples without CHAIR get the schedule's neutral value and are counted in

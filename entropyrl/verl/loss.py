@@ -5,7 +5,7 @@ is exactly verl's `vanilla` unless the step context (`entropyrl.verl.inputs.with
 a per-sample clip-high bound; then the per-token surrogate comes from
 `entropyrl.losses.ppo_clip_loss` (unaggregated) with that [B] tensor and verl's own `agg_loss` aggregates
 it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
-on the actor workers with `set_loss_fn`) reads the `clip_ratio_high` field of each micro-batch,
+on the actor workers with `set_loss_fn`) reads the `clip_high` field of each micro-batch,
 opens the context and delegates to verl's own `ppo_loss`: KL, entropy bonus and metrics stay
 verl's.
 """
@@ -31,7 +31,7 @@ from entropyrl.verl.recorder import recorder
 from entropyrl.verl.tensors import padded
 
 LOSS_NAME = PER_SAMPLE_CLIP_LOSS
-CLIP_FIELD = "clip_ratio_high"
+CLIP_FIELD = "clip_high"  # the bound's one name: schedule, batch field, loss argument
 
 
 def _float(config: Any, name: str, default: float) -> float:
@@ -49,10 +49,10 @@ def compute_policy_loss_per_sample_clip(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """PPO clipped surrogate with a per-sample epsilon_high [B] (tokens [B, T]).
+    """PPO clipped surrogate with a per-sample clip_high [B] (tokens [B, T]).
 
     Without a per-sample field this is verl's `vanilla` (same function, same metrics). With
-    one, epsilon_low and the dual-clip constant still come from the actor config.
+    one, the low bound (`clip_ratio_low`) and the dual-clip constant still come from the actor config.
     """
     step = current_step()
     clip_high = None if step is None else step.clip_high
@@ -99,7 +99,7 @@ def compute_policy_loss_per_sample_clip(
 
 
 def clip_high_field(data: Any, field: str = CLIP_FIELD) -> torch.Tensor | None:
-    """The per-sample epsilon_high [B] carried by a verl micro-batch TensorDict, or None."""
+    """The per-sample clip_high [B] carried by a verl micro-batch TensorDict, or None."""
     if field not in data:
         return None
     value = padded(data[field])
@@ -110,7 +110,7 @@ def clip_high_field(data: Any, field: str = CLIP_FIELD) -> torch.Tensor | None:
 
 
 class PerSampleClipPPOLoss:
-    """verl actor loss callable: verl's `ppo_loss` with the micro-batch's `clip_ratio_high`.
+    """verl actor loss callable: verl's `ppo_loss` with the micro-batch's `clip_high`.
 
     Built on the driver from the actor's OmegaConf section (picklable) and sent to every actor
     worker with `set_loss_fn`; the strict `ActorConfig` is built once, in the worker.

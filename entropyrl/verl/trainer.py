@@ -6,7 +6,7 @@ estimator call stay verl's):
   what the estimator declares it reads (the per-token entropy of the old-policy pass, which verl
   stores as `entropy`, and its `<think>` segment; the reference log-probs) and the step's clip
   bounds into verl's estimator call; the estimator's metrics come back from `with_step`;
-- each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_ratio_high`, written next
+- each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high`, written next
   to `advantages` so every mini-batch and PPO epoch of the actor update carries it;
 - `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
   estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
@@ -56,7 +56,7 @@ from entropyrl.verl.hooks import (
     build_step,
     chair_from_extra_fields,
     chair_status_metrics,
-    clip_ratio_high_from_chair,
+    clip_high_from_chair,
     reward_infos,
     reward_part_metrics,
 )
@@ -336,9 +336,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
             [not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool
         )
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
-        clip_high, clip_metrics = clip_ratio_high_from_chair(
-            chair_i, self.specs.clip_schedule, valid
-        )
+        clip_high, clip_metrics = clip_high_from_chair(chair_i, self.specs.clip_schedule, valid)
         verl_step = functools.partial(super()._compute_advantage, batch, metrics)
         if ours:
             step, step_metrics = build_step(

@@ -25,7 +25,7 @@ from entropyrl.algorithms import ESTIMATORS
 from entropyrl.commands.smoke_check import clip_rule, expected_advantages
 from entropyrl.local.rl import RLSettings, compute_advantages, sample_clip_high
 from entropyrl.specs import PpoClipSpec, algorithm_specs
-from entropyrl.verl.hooks import build_step, clip_ratio_high_from_chair
+from entropyrl.verl.hooks import build_step, clip_high_from_chair
 from entropyrl.verl.inputs import with_step
 
 THINK = ([90], [91])  # token ids of <think> and </think> in these hand-built responses
@@ -147,7 +147,7 @@ def test_same_clip_bounds(rule, direction):
     *_, chair = batch(3)
     schedule = {**ALGORITHM["clip_schedule"], "rule": rule, "direction": direction}
     specs = algorithm_specs({**ALGORITHM, "clip_schedule": schedule})
-    verl_bounds, _ = clip_ratio_high_from_chair(chair, specs.clip_schedule)
+    verl_bounds, _ = clip_high_from_chair(chair, specs.clip_schedule)
     settings = local_settings("grpo", specs)
     local_bounds = sample_clip_high(settings, chair.numpy(), len(chair))
     reference = [clip_rule(None if c != c else float(c), schedule) for c in chair.tolist()]

@@ -1,6 +1,6 @@
 """The per-sample clip-high loss through verl's own `ppo_loss` (hand-built micro-batches).
 
-Without a `clip_ratio_high` field it must be verl's `vanilla`; with one, each row's gradient is
+Without a `clip_high` field it must be verl's `vanilla`; with one, each row's gradient is
 gated by its own eps_high, with verl's global normalisation, KL and entropy terms kept.
 """
 
@@ -212,7 +212,7 @@ def test_field_with_other_loss_mode_is_an_error(chair_config):
 
 
 def test_field_travels_with_rows_through_minibatches_and_epochs():
-    """verl's mini-batch iterator and micro-batch split keep `clip_ratio_high` row-aligned."""
+    """verl's mini-batch iterator and micro-batch split keep `clip_high` row-aligned."""
     rows = 8
     ids = torch.nested.as_nested_tensor(
         [torch.full((i % 3 + 1,), float(i)) for i in range(rows)], layout=torch.jagged

@@ -25,7 +25,7 @@ from entropyrl.verl import trainer as trainer_module
 from entropyrl.verl.hooks import (
     build_step,
     chair_from_extra_fields,
-    clip_ratio_high_from_chair,
+    clip_high_from_chair,
 )
 from entropyrl.verl.loss import CLIP_FIELD
 
@@ -279,11 +279,11 @@ def test_chair_from_extra_fields_shapes():
 
 def test_clip_schedule_disabled_and_configured():
     off = ClipScheduleSpec(enable=False)
-    assert clip_ratio_high_from_chair(torch.tensor([0.0]), off) == (None, {})
+    assert clip_high_from_chair(torch.tensor([0.0]), off) == (None, {})
     flipped = ClipScheduleSpec.from_mapping(
         OmegaConf.create({"enable": True, "direction": "hallucinated_low", "low": 0.2, "high": 0.4})
     )
-    clip, metrics = clip_ratio_high_from_chair(torch.tensor([0.0, 0.5, float("nan")]), flipped)
+    clip, metrics = clip_high_from_chair(torch.tensor([0.0, 0.5, float("nan")]), flipped)
     expected = clip_high_bounds(
         torch.tensor([0.0, 0.5, float("nan")]),
         ClipScheduleSpec(low=0.2, high=0.4, direction="hallucinated_low"),
