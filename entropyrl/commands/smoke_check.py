@@ -770,9 +770,12 @@ def check_run(settings: Any, out: Path) -> int:
     ours = OmegaConf.select(config, "trainer.v1.trainer_mode") == "entropyrl"
     problems += check_checkpoint(config, int(config.trainer.total_training_steps), ours=ours)
     hf_rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "hf"
-    # the per-sample clip loss traces its micro-batch rows; verl's own losses trace nothing
-    our_loss = (
-        OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode") in LOSS_MODES
+    # the per-sample clip loss traces its micro-batch rows; verl's own losses trace nothing. The
+    # trainer runs it when the config names it or the clip schedule is on (the one switch).
+    our_loss = OmegaConf.select(
+        config, "actor_rollout_ref.actor.policy_loss.loss_mode"
+    ) in LOSS_MODES or (
+        ours and OmegaConf.select(config, "algorithm.clip_schedule.enable", default=False)
     )
     if ours:
         folder = out / "trace"

@@ -12,7 +12,9 @@ estimator call stay verl's):
   estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
   response tokens).
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
-`per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged.
+`per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged: whenever the
+schedule is on (`algorithm.clip_schedule.enable`, the one switch; `policy_loss.loss_mode` may
+stay verl's default) or the config names that loss.
 
 Around the replay buffer: every batch it hands over, training and validation, is counted against
 what was asked for (`entropyrl.verl.lost_samples`): samples lost to failed sessions are logged
@@ -71,6 +73,7 @@ from entropyrl.verl.lost_samples import (
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
+from entropyrl.verl.validation import schedule_loss_problem
 
 TRAINER_MODE = VERL_TRAINER_MODE
 # Where to write the fully resolved config this run trains with (a reproducibility record).
@@ -155,6 +158,19 @@ def default_metrics_path(config: Any, environ: Mapping[str, str] | None = None) 
     if "file" not in loggers or environ.get("VERL_FILE_LOGGER_PATH"):
         return None
     return os.path.join(str(config.trainer.default_local_dir), "metrics.jsonl")
+
+
+def per_sample_clip_actor(actor: Any) -> Any:
+    """The actor section the per-sample bound's loss runs with: the run's own, its
+    `policy_loss.loss_mode` set to `per_sample_clip` when the schedule switched it on (the
+    config left verl's default, `vanilla`)."""
+    if actor.policy_loss.get("loss_mode", "vanilla") == LOSS_NAME:
+        return actor
+    from omegaconf import OmegaConf
+
+    own = OmegaConf.create(OmegaConf.to_container(actor, resolve=True))
+    own.policy_loss.loss_mode = LOSS_NAME
+    return own
 
 
 def empty_training_set(config: Any, rows: int) -> str:
@@ -306,18 +322,18 @@ class EntropyPPOTrainer(PPOTrainerSync):
         super().on_init_end()
         actor = self.config.actor_rollout_ref.actor
         loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
-        if self.specs.clip_schedule.enable and loss_mode != LOSS_NAME:
-            raise ValueError(
-                "algorithm.clip_schedule.enable=true needs "
-                f"actor_rollout_ref.actor.policy_loss.loss_mode={LOSS_NAME} (got {loss_mode!r})"
-            )
-        if loss_mode == LOSS_NAME:
+        schedule = self.specs.clip_schedule.enable
+        # checked before Ray by the config validation; again here for a run started another way
+        problem = schedule_loss_problem(schedule, loss_mode)
+        if problem:
+            raise ValueError(problem)
+        if schedule or loss_mode == LOSS_NAME:
             from verl.trainer.distillation import is_distillation_enabled
 
             if is_distillation_enabled(self.config.get("distillation")):
                 # The workers' distillation loss would be replaced by plain ppo_loss.
                 raise ValueError(f"policy_loss.loss_mode={LOSS_NAME} does not support distillation")
-            self.actor_rollout_wg.set_loss_fn(PerSampleClipPPOLoss(actor))
+            self.actor_rollout_wg.set_loss_fn(PerSampleClipPPOLoss(per_sample_clip_actor(actor)))
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         estimator = str(self.config.algorithm.adv_estimator)

@@ -13,8 +13,10 @@ log-prob passes have run:
   that does not divide a rank's share of the mini-batch on this layout;
 - with the entropy-aware trainer only (`trainer.v1.trainer_mode=entropyrl`; a run that uses none
   of the plugin's parts keeps verl's behaviour): an advantage estimator or policy loss verl does
-  not know (e.g. `egpo-ratio`), with the registered ones; a training set with fewer rows than
-  one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
+  not know (e.g. `egpo-ratio`), with the registered ones; a `policy_loss.loss_mode` that
+  contradicts the clip schedule's switch (`algorithm.clip_schedule.enable=true` runs the
+  `per_sample_clip` loss: only that name or verl's default `vanilla` agree with it); a
+  training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
   its response (`entropyrl.verl.prompt_bound`);
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from entropyrl.estimator_names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.specs import SpecError, algorithm_specs
 
 
@@ -70,8 +73,50 @@ def config_problems(
         return problems
     from entropyrl.verl.prompt_bound import prompt_bound
 
-    problems = registry_problems(config) + problems + data_problems(config)
+    problems = registry_problems(config) + problems + clip_schedule_problems(config)
+    problems += data_problems(config)
     return problems + [line for ok, line in prompt_bound(config) if not ok]
+
+
+# The policy losses the per-sample bound's loss stands in for when the schedule is on: verl's
+# default (`vanilla`, which `per_sample_clip` equals without bounds) and its own name.
+SCHEDULE_LOSSES = ("vanilla", PER_SAMPLE_CLIP_LOSS)
+
+
+def schedule_loss_problem(enabled: bool, loss_mode: Any) -> str | None:
+    """Why the entropy-aware trainer's loss key contradicts `algorithm.clip_schedule.enable`,
+    or None.
+
+    The switch is `enable` alone: with it on, the trainer computes each sample's bound and
+    trains with the `per_sample_clip` loss whether `policy_loss.loss_mode` names it or keeps
+    verl's default, `vanilla`; any other loss contradicts it."""
+    loss_mode = "vanilla" if loss_mode is None else str(loss_mode)
+    if not enabled or loss_mode in SCHEDULE_LOSSES:
+        return None
+    return (
+        f"algorithm.clip_schedule.enable=true trains with the {PER_SAMPLE_CLIP_LOSS} loss, "
+        f"which actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} contradicts; drop "
+        "the loss_mode override, or set algorithm.clip_schedule.enable=false"
+    )
+
+
+def clip_schedule_problems(config: Any) -> list[str]:
+    """The schedule switch against the loss key (`schedule_loss_problem`); for runs of the
+    entropy-aware trainer, the one that computes the bounds."""
+    from omegaconf import OmegaConf
+
+    try:
+        enabled = algorithm_specs(config.get("algorithm")).clip_schedule.enable
+    except SpecError:  # said by check_algorithm
+        return []
+    loss_mode = OmegaConf.select(
+        config, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None
+    )
+    names = registered_names()
+    if loss_mode is not None and names is not None and str(loss_mode) not in names[1]:
+        return []  # a loss verl does not know: registry_problems says so, in one line
+    problem = schedule_loss_problem(enabled, loss_mode)
+    return [] if problem is None else [problem]
 
 
 def uses_entropyrl(config: Any) -> bool:

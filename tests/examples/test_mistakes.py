@@ -23,6 +23,11 @@ LAUNCH_MISTAKES = {
         ["actor_rollout_ref.actor.policy_loss.loss_mode=per-sample-clip"],
         "loss_mode=per-sample-clip is not registered with verl; known: ",
     ),
+    "a loss that contradicts the clip schedule": (
+        ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],
+        "algorithm.clip_schedule.enable=true trains with the per_sample_clip loss, which "
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo contradicts;",
+    ),
     "an unknown key of our section": (
         ["algorithm.clip_schedule.hihg=0.6"],
         "algorithm.clip_schedule: unknown key 'hihg'; accepted: enable, rule, low, high,",

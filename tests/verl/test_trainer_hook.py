@@ -330,6 +330,8 @@ class Recorder:
     [
         ([], True),
         (["algorithm.clip_schedule.enable=false"], True),
+        # the schedule is the one switch: verl's default loss_mode runs the per-sample loss
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"], True),
         (
             [
                 "algorithm.clip_schedule.enable=false",
@@ -353,18 +355,32 @@ def test_init_end_installs_the_loss_on_the_workers(compose, overrides, installs)
     assert len(installed) == int(installs)
     if installs:
         assert isinstance(installed[0], PerSampleClipPPOLoss)
+        actor = installed[0].actor_config
+        assert actor.policy_loss.loss_mode == "per_sample_clip"
+        assert actor.clip_ratio_high == trainer.config.algorithm.clip_schedule.low  # resolved
 
 
-def test_init_end_rejects_clip_schedule_without_the_loss(compose):
+def test_init_end_rejects_a_loss_that_contradicts_the_schedule(compose):
     trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
-    trainer.config = compose(
-        "chair_mscoco", ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
-    )
+    trainer.config = compose("chair_mscoco", ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
     trainer.global_steps = 0
     trainer.checkpoint_manager = Recorder()
     trainer.actor_rollout_wg = Recorder()
-    with pytest.raises(ValueError, match="per_sample_clip"):
+    with pytest.raises(ValueError, match="loss_mode=gspo contradicts;") as error:
         trainer.on_init_end()
+    assert "\n" not in str(error.value)  # one line
+    assert trainer.actor_rollout_wg.calls == []
+
+
+def test_the_config_check_refuses_a_loss_that_contradicts_the_schedule(compose):
+    from entropyrl.verl.validation import clip_schedule_problems
+
+    overrides = ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]
+    problems = clip_schedule_problems(compose("chair_mscoco", overrides))
+    assert len(problems) == 1 and "loss_mode=gspo contradicts;" in problems[0]
+    off = compose("chair_mscoco", [*overrides, "algorithm.clip_schedule.enable=false"])
+    assert clip_schedule_problems(off) == []
+    assert clip_schedule_problems(compose("chair_mscoco")) == []
 
 
 def test_reward_parts_are_means_over_the_rows_that_report_them():
