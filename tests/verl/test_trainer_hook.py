@@ -358,6 +358,7 @@ def test_init_end_installs_the_loss_on_the_workers(compose, overrides, installs)
         actor = installed[0].actor_config
         assert actor.policy_loss.loss_mode == "per_sample_clip"
         assert actor.clip_ratio_high == trainer.config.algorithm.clip_schedule.low  # resolved
+        assert installed[0].config().policy_loss.loss_mode == "per_sample_clip"  # as the worker
 
 
 def test_init_end_rejects_a_loss_that_contradicts_the_schedule(compose):
