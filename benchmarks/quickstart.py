@@ -168,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"quick start: `{' '.join([args.script, args.args]).strip()}`")
     print(f"reference: `{args.script} {args.vs}`\n")
     print(
-        "| settings | condition | runs | wall s, median (min-max) | CPU s | x its idle wall | checks |"
+        "| settings | condition | runs | wall s, median (min-max) | CPU s | x its idle wall "
+        "| warm-up s | RL s | checks |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in settings:
         idle = results.get((name, "idle"))
         for condition in conditions:

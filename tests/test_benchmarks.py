@@ -161,6 +161,8 @@ def test_quickstart_benchmark_times_both_settings_in_both_conditions():
     rows = [line for line in result.stdout.splitlines() if line.startswith("| quick start")]
     assert [row.split(" | ")[1] for row in rows] == ["idle", "neighbour"], result.stdout
     assert "| reference | neighbour | 1 |" in result.stdout
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| settings"))
+    assert header.count("|") == rows[0].count("|"), "a column without its heading"
     assert "| idle | " in result.stdout and "| neighbour | " in result.stdout
     # each run's verdict is the demo's own last line (these settings are too small to pass)
     assert "stopped" not in result.stdout and "no output" not in result.stdout

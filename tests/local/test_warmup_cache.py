@@ -138,3 +138,22 @@ def test_a_half_written_slot_is_not_used(empty_cache):
     assert not entry.filled
     assert warmup_cache.cache_root() == empty_cache
     assert str(empty_cache).startswith(os.environ["ENTROPYRL_CACHE"])
+
+
+def test_the_start_line_scales_the_measured_phases_by_the_work():
+    from entropyrl.local.demo import PHASE_SECONDS, expected_seconds
+
+    defaults = DemoConfig()
+    cached = expected_seconds(defaults, warmup=False)
+    assert cached == pytest.approx(
+        PHASE_SECONDS["start"] + PHASE_SECONDS["RL"] + 2 * PHASE_SECONDS["evaluation"]
+    )
+    assert expected_seconds(defaults) == pytest.approx(cached + PHASE_SECONDS["warm-up"])
+    twice = DemoConfig(steps=2 * defaults.steps, warmup_steps=2 * defaults.warmup_steps)
+    assert expected_seconds(twice) == pytest.approx(
+        expected_seconds(defaults) + PHASE_SECONDS["warm-up"] + PHASE_SECONDS["RL"]
+    )
+    three = DemoConfig(compare="grpo,egpo,egpo+clip")
+    assert expected_seconds(three, warmup=False) == pytest.approx(
+        cached + 2 * (PHASE_SECONDS["RL"] + PHASE_SECONDS["evaluation"])
+    )
