@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from entropyrl.commands import launch as launcher
-from entropyrl.commands.launch import Launch, Stop, override_value, parse
+from entropyrl.commands import launch_checks, launch_recipes, launch_service, launch_training
+from entropyrl.commands.launch_args import Launch, Stop, override_value, parse
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = ["python3", "-m", "verl.trainer.main_ppo", "--config-name", "chair_mscoco", "a.b=1"]
@@ -69,18 +69,18 @@ def test_the_last_override_wins_as_in_hydra() -> None:
 def test_lora_and_experiment_overrides(monkeypatch) -> None:
     problems: list[str] = []
     monkeypatch.setenv("LORA_RANK", "8")
-    vision = launcher.lora_overrides("vision", problems.append)
+    vision = launch_recipes.lora_overrides("vision", problems.append)
     assert "actor_rollout_ref.model.lora_alpha=16" in vision
     assert vision[-1] == "actor_rollout_ref.model.exclude_modules='.*visual.*'"
-    assert not any("exclude" in o for o in launcher.lora_overrides("text", problems.append))
+    assert not any("exclude" in o for o in launch_recipes.lora_overrides("text", problems.append))
     monkeypatch.setenv("LORA_RANK", "x")
-    assert launcher.lora_overrides("text", problems.append) == []
+    assert launch_recipes.lora_overrides("text", problems.append) == []
     assert problems == ["LORA_RANK must be a whole number (0: full fine-tuning), got 'x'"]
     monkeypatch.setenv("EXPERIMENT", "penalty")
-    assert "trainer.experiment_name=chair_mscoco_penalty" in launcher.experiment_overrides()
+    assert "trainer.experiment_name=chair_mscoco_penalty" in launch_recipes.experiment_overrides()
     monkeypatch.setenv("EXPERIMENT", "nope")
     with pytest.raises(Stop):
-        launcher.experiment_overrides()
+        launch_recipes.experiment_overrides()
 
 
 def _nvidia_smi(tmp_path: Path, gpus: int, monkeypatch) -> None:
@@ -94,14 +94,14 @@ def test_gpus_are_counted_as_cuda_sees_them(tmp_path, monkeypatch) -> None:
     _nvidia_smi(tmp_path, 8, monkeypatch)
     monkeypatch.delenv("N_GPUS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,,3")
-    gpus = launcher.require_gpu(pytest.fail)
+    gpus = launch_checks.require_gpu(pytest.fail)
     assert (gpus.here, gpus.per_node) == (2, "2")
     assert gpus.seen == "nvidia-smi lists 8, CUDA_VISIBLE_DEVICES=0,1,,3 leaves 2"
     monkeypatch.setenv("N_GPUS", "4")
-    assert launcher.require_gpu(pytest.fail).per_node_from == "N_GPUS=4"
+    assert launch_checks.require_gpu(pytest.fail).per_node_from == "N_GPUS=4"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     problems: list[str] = []
-    launcher.require_gpu(problems.append)
+    launch_checks.require_gpu(problems.append)
     assert problems == ["no GPU visible (nvidia-smi lists 8, CUDA_VISIBLE_DEVICES=-1 leaves 0)"]
 
 
@@ -129,21 +129,21 @@ def test_a_failed_run_says_when_verl_did_not_load_the_plugin(tmp_path, monkeypat
     plugin loads runs when the run failed, and its verdict is the last line."""
     monkeypatch.setenv("PYTHON", _python(tmp_path, "verl did not load the plugin"))
     launch = Launch("s.sh", COMMAND)
-    assert launcher.train(launch, ["sh", "-c", "exit 1"]) == 1
+    assert launch_training.train(launch, ["sh", "-c", "exit 1"]) == 1
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("error: the entropyrl verl plugin does not load: verl did not load")
-    assert launcher.train(launch, ["sh", "-c", "exit 130"]) == 130  # Ctrl-C: no diagnosis
-    assert launcher.train(launch, ["sh", "-c", "kill -9 $$"]) == 137
-    assert launcher.train(launch, ["sh", "-c", "exit 0"]) == 0
+    assert launch_training.train(launch, ["sh", "-c", "exit 130"]) == 130  # Ctrl-C: no diagnosis
+    assert launch_training.train(launch, ["sh", "-c", "kill -9 $$"]) == 137
+    assert launch_training.train(launch, ["sh", "-c", "exit 0"]) == 0
     assert "does not load" not in capsys.readouterr().err
     monkeypatch.setenv("PYTHON", _python(tmp_path, None))
-    assert launcher.train(launch, ["sh", "-c", "exit 1"]) == 1
+    assert launch_training.train(launch, ["sh", "-c", "exit 1"]) == 1
     assert "does not load" not in capsys.readouterr().err
 
 
 def test_a_dry_run_prints_the_command_shell_quoted(capsys) -> None:
     launch = Launch("s.sh", COMMAND, dry_run=True)
-    assert launcher.train(launch, ["python3", "-m", "m", "trainer.experiment_name=a b"]) == 0
+    assert launch_training.train(launch, ["python3", "-m", "m", "trainer.experiment_name=a b"]) == 0
     assert capsys.readouterr().out == "python3 -m m 'trainer.experiment_name=a b'\n"
 
 
@@ -157,14 +157,14 @@ def test_the_chair_service_starts_answers_and_stops(tmp_path, monkeypatch) -> No
     truth = tmp_path / "chair_ground_truth.json"
     truth.write_text('{"1": ["dog"]}')
     source = ["--ground-truth", str(truth)]
-    url, service = launcher.start_chair(launch, source, values, tmp_path)
+    url, service = launch_service.start_chair(launch, source, values, tmp_path)
     assert service is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
     try:
-        assert launcher.healthy(url)
+        assert launch_service.healthy(url)
     finally:
         service.stop()
     assert service.process is not None and service.process.poll() is not None
-    assert not launcher.healthy(url)
+    assert not launch_service.healthy(url)
     log = (tmp_path / "run" / "chair_server.log").read_text()
     assert log.startswith("== ") and "-m chair_server" in log.splitlines()[0]
 
@@ -174,7 +174,7 @@ def test_a_service_other_machines_reach_needs_a_token(tmp_path, monkeypatch, cap
     monkeypatch.delenv("CHAIR_SERVER_TOKEN", raising=False)
     launch = Launch("s.sh", COMMAND)
     with pytest.raises(Stop):
-        launcher.start_chair(launch, ["--coco", "c"], {"ER_NNODES": "1"}, tmp_path)
+        launch_service.start_chair(launch, ["--coco", "c"], {"ER_NNODES": "1"}, tmp_path)
     assert "so it needs a token: export CHAIR_SERVER_TOKEN=" in capsys.readouterr().err
 
 

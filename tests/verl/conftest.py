@@ -200,7 +200,8 @@ def smoke_runs(tmp_path_factory, smoke_cache):
     return get
 
 
-# LoRA as `LORA_RANK=8` adds it to a caption run (entropyrl/commands/launch.py: lora_overrides).
+# LoRA as `LORA_RANK=8` adds it to a caption run
+# (entropyrl/commands/launch_recipes.py: lora_overrides).
 LORA_ENV = {"LORA_RANK": "8"}
 LORA_CAPTION = (
     "actor_rollout_ref.model.lora_rank=8",
