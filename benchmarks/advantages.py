@@ -22,13 +22,13 @@ from collections import defaultdict
 
 import torch
 
-from entropyrl.advantages import (
+from entropyrl.core.advantages import (
     egpo_bonus_advantage,
     egpo_ratio_advantage,
     entropy_shaped_token_advantage,
     grpo_advantage,
 )
-from entropyrl.maxent import maxent_advantage
+from entropyrl.core.maxent import maxent_advantage
 
 
 def loop_grpo(scores: torch.Tensor, group: list, eps: float = 1e-6) -> torch.Tensor:

@@ -28,7 +28,7 @@ import sys
 CHILD = r"""
 import json, resource, statistics, sys, time
 import torch
-from entropyrl.entropy import token_entropy
+from entropyrl.core.entropy import token_entropy
 
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])

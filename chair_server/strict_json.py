@@ -4,7 +4,7 @@ Python's ``json`` writes ``NaN`` and ``Infinity`` by default, which strict parse
 JavaScript's ``JSON.parse``) reject. The scorer's own ratios are never NaN (a ratio over nothing
 is None already, see ``scorer.CorpusMetrics.result``); what can carry one is a value echoed from
 the input, e.g. an ``image_id`` written ``NaN`` in a captions file, which Python's reader
-accepts. This is the service's own small copy of ``entropyrl.files.json_dumps``: the service
+accepts. This is the service's own small copy of ``entropyrl.core.files.json_dumps``: the service
 imports neither entropyrl nor torch.
 """
 

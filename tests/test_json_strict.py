@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entropyrl.files import finite_json, json_dumps, write_json
+from entropyrl.core.files import finite_json, json_dumps, write_json
 
 NAN, INF = math.nan, math.inf
 

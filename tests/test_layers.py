@@ -2,8 +2,9 @@
 
 Every package has a rank of its own, lowest first (a module may import its own package and the
 ones ranked below it):
-  0 core        entropyrl.{files, specs, entropy, advantages, maxent, losses, clip_schedules,
-                algorithms, estimator_names, _segments}
+  0 core        entropyrl.core (specs, entropy, advantages, maxent, losses, clip_schedules,
+                algorithms, estimator_names, _segments, files), with the package face
+                `entropyrl` (its version)
   1 models      entropyrl.models (tiny builders, tokenizers, processors, checkpoint loading)
   2 rewards     entropyrl.rewards (the scorers, the CHAIR client)
   3 data        entropyrl.data (converters, the shared input readers)
@@ -25,20 +26,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = {
-    "files",
-    "specs",
-    "entropy",
-    "advantages",
-    "maxent",
-    "losses",
-    "clip_schedules",
-    "algorithms",
-    "estimator_names",
-    "_segments",
-    "__init__",
-}
 RANK = {
+    "core": 0,
     "models": 1,
     "rewards": 2,
     "data": 3,
@@ -98,11 +87,9 @@ def layer(name: str) -> int:
     if parts[0] == "chair_server":
         return -1
     if len(parts) == 1:
-        return 0
+        return RANK["core"]  # entropyrl/__init__.py: the version, below every layer
     if parts[1] in ("cli", "__main__"):
         return ENTRY
-    if parts[1] in CORE:
-        return 0
     return RANK[parts[1]]
 
 
@@ -112,14 +99,14 @@ def test_every_module_has_a_layer():
 
 
 def package(name: str) -> str:
-    """The package a module belongs to (`entropyrl.data.io` -> `data`); the core's modules are
-    `core`, `entropyrl.cli` and `entropyrl.__main__` are `entry`."""
+    """The package a module belongs to (`entropyrl.data.io` -> `data`); the package face
+    `entropyrl` is `core`, `entropyrl.cli` and `entropyrl.__main__` are `entry`."""
     parts = name.split(".")
     if parts[0] != "entropyrl":
         return parts[0]
-    if len(parts) > 1 and parts[1] in RANK:
-        return parts[1]
-    return "entry" if len(parts) > 1 and parts[1] in ("cli", "__main__") else "core"
+    if len(parts) == 1:
+        return "core"
+    return parts[1] if parts[1] in RANK else "entry"
 
 
 def upward_imports(edges: dict[str, set[str]], rank=None) -> list[str]:
@@ -143,7 +130,7 @@ def upward_imports(edges: dict[str, set[str]], rank=None) -> list[str]:
 def test_every_package_has_a_rank_of_its_own():
     ranks = [*RANK.values(), ENTRY]
     assert len(set(ranks)) == len(ranks), RANK
-    assert min(RANK.values()) > 0 and max(RANK.values()) < ENTRY
+    assert min(RANK.values()) == RANK["core"] == 0 and max(RANK.values()) < ENTRY
     packages = {p.name for p in REPO.joinpath("entropyrl").iterdir() if p.is_dir()}
     assert packages - {"__pycache__"} == set(RANK)
 

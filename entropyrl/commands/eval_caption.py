@@ -44,8 +44,8 @@ from entropyrl.commands.eval_report import (
     score_model_pope,
     write_report,
 )
+from entropyrl.core.files import write_json
 from entropyrl.data.io import InputFileError
-from entropyrl.files import write_json
 
 
 def _write_image_list(plan: Plan) -> None:

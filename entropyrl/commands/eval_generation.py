@@ -17,8 +17,8 @@ from typing import Any
 
 from entropyrl.commands.eval_models import EvalError, ModelSource
 from entropyrl.commands.eval_plan import POPE_TOKENS, Plan
+from entropyrl.core.files import json_dumps, write_json
 from entropyrl.evaluation.generation import DECODING_PROTOCOL
-from entropyrl.files import json_dumps, write_json
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

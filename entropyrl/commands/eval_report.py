@@ -12,8 +12,8 @@ from typing import Any
 from entropyrl.commands.eval_generation import caption_key, pope_key, read_rows, rewrite_rows
 from entropyrl.commands.eval_models import EvalError, ModelSource
 from entropyrl.commands.eval_plan import POPE_TOKENS, Plan
+from entropyrl.core.files import write_json
 from entropyrl.evaluation.generation import DECODING_PROTOCOL, DECODING_TEXT
-from entropyrl.files import write_json
 
 CAPTION_COLUMNS = (
     ("CHAIR_s", "CHAIR_s %", 100.0, True),

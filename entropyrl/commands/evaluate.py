@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from entropyrl.files import json_dumps, write_json
+from entropyrl.core.files import json_dumps, write_json
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -632,7 +632,7 @@ def composition_problem(recipe: str, error: Exception, overrides: Sequence[str] 
         key = match.group(1)
         parts = key.split(".")
         if len(parts) == 3 and parts[0] == "algorithm":
-            from entropyrl.specs import SpecError, algorithm_specs
+            from entropyrl.core.specs import SpecError, algorithm_specs
 
             try:
                 algorithm_specs({parts[1]: {parts[2]: None}})

@@ -11,9 +11,9 @@ problem, unless:
   run's settings beside it;
 - the rollout's log-probs equal the actor's on the same tokens (remove-padding and the CPU
   attention compute what generation computed);
-- every training step's advantages, computed again from the trace's rewards, groups, entropies
-  and reference log-probs with GRPO and each estimator's formula written out here (independently
-  of `entropyrl.advantages` and of verl), equal the trainer's, sample by sample; a sample without
+- every training step's advantages, computed again from the trace's rewards, groups, entropies and
+  reference log-probs with GRPO and each estimator's formula written out here (independently of
+  `entropyrl.core.advantages` and of verl), equal the trainer's, sample by sample; a sample without
   entropy keeps its GRPO advantage, and the entropy-guided estimators must get entropy for every
   sample unless the config takes it away (rollout-correction bypass);
 - the caption reward's score is CIDEr-D minus the configured CHAIR penalty plus the recall bonus,
@@ -46,8 +46,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS
 from entropyrl.data.io import read_records
-from entropyrl.estimator_names import ENTROPY_ESTIMATORS
 
 # Rollout (hf generate) vs actor log-probs on the same tokens, bfloat16 actor: a mean absolute
 # probability difference far below what a leak across packed sequences gives (tenths).
@@ -122,7 +122,7 @@ def _getter(config: Any):
     return lambda key, default=None: OmegaConf.select(config, key, default=default)
 
 
-# -- the formulas, written out independently of entropyrl.advantages and of verl ----------------
+# -- the formulas, written out independently of entropyrl.core.advantages and of verl --------------
 
 
 def grpo_reference(
@@ -193,8 +193,8 @@ def expected_advantages(
     """(the per-token advantages each row of one step should have under the config's estimator,
     the plain GRPO advantages of the same rows) for `rows` of one step; a row without entropy
     keeps its GRPO advantage under the entropy-guided estimators. The settings (and their
-    defaults) are read through `entropyrl.specs`; the formulas are written out here."""
-    from entropyrl.specs import algorithm_specs
+    defaults) are read through `entropyrl.core.specs`; the formulas are written out here."""
+    from entropyrl.core.specs import algorithm_specs
 
     get = _getter(config)
     specs = algorithm_specs(get("algorithm"))
@@ -266,8 +266,8 @@ def expected_advantages(
 
 def clip_rule(chair: float | None, spec: Any) -> float:
     """The bound the clip schedule `spec` (an `algorithm.clip_schedule` mapping; its defaults
-    read through `entropyrl.specs`) gives a sample with CHAIR_i `chair` (None: not scored)."""
-    from entropyrl.specs import ClipScheduleSpec
+    read through `entropyrl.core.specs`) gives a sample with CHAIR_i `chair` (None: not scored)."""
+    from entropyrl.core.specs import ClipScheduleSpec
 
     if not isinstance(spec, ClipScheduleSpec):
         spec = ClipScheduleSpec.from_mapping(spec)
@@ -523,7 +523,7 @@ def check_bounds(
     rows: list[dict[str, Any]], config: Any, *, chair_optional: bool = False
 ) -> list[str]:
     """Each sample's clip-high bound against the schedule's rule for its own CHAIR_i."""
-    from entropyrl.specs import ClipScheduleSpec
+    from entropyrl.core.specs import ClipScheduleSpec
 
     mapping = _getter(config)("algorithm.clip_schedule", None)
     if mapping is None or not mapping.get("enable", False):

@@ -36,6 +36,7 @@ from typing import Any
 
 from PIL import Image as PILImage
 
+from entropyrl.core.files import stable_hash, write_json, write_parquet
 from entropyrl.data.io import (
     InputFileError,
     RejectLog,
@@ -44,7 +45,6 @@ from entropyrl.data.io import (
     read_json,
     read_records,
 )
-from entropyrl.files import stable_hash, write_json, write_parquet
 
 __all__ = ["DEFAULT_CAPTION_PROMPT", "KARPATHY_LAYOUTS", "SPLITS", "prepare_coco"]
 

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from entropyrl.core.files import stable_hash, write_parquet
 from entropyrl.data.io import InputFileError, RejectLog, progress, read_records
-from entropyrl.files import stable_hash, write_parquet
 from entropyrl.rewards.function_calling import function_schema
 
 __all__ = [

@@ -3,7 +3,7 @@
 JSON / JSON-lines readers (and the image-id lists of `prepare coco --hold-out` and the
 caption evaluation) whose errors name the file and the line, a progress bar for long
 inputs, and the report of rejected rows (nothing is dropped silently). Outputs are written
-through `entropyrl.files` (atomic, stable hashes).
+through `entropyrl.core.files` (atomic, stable hashes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from entropyrl.files import atomic_path
+from entropyrl.core.files import atomic_path
 
 __all__ = [
     "InputFileError",

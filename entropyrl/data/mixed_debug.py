@@ -18,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from entropyrl.files import write_parquet
+from entropyrl.core.files import write_parquet
 
 __all__ = ["DATA_SOURCES", "mixed_debug_rows", "prepare_mixed_debug"]
 

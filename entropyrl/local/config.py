@@ -1,7 +1,7 @@
 """Typed configuration of the local runner; the `entropyrl demo` options are generated from it.
 
 Plain settings are fields of `DemoConfig`; each algorithm section is a nested spec from
-`entropyrl.specs` (the same sections verl reads under `algorithm.*`), exposed on the command
+`entropyrl.core.specs` (the same sections verl reads under `algorithm.*`), exposed on the command
 line as `--<section>-<field>` (e.g. `--clip-schedule-rule linear`, `--egpo-bonus-lam 0.2`).
 Why the demo's defaults are what they are: docs/quickstart.md. Stdlib only (plus the
 spec classes), so the CLI stays fast to import.
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from entropyrl.estimator_names import ESTIMATOR_NAMES as ADV_ESTIMATORS
-from entropyrl.specs import (
+from entropyrl.core.estimator_names import ESTIMATOR_NAMES as ADV_ESTIMATORS
+from entropyrl.core.specs import (
     ClipScheduleSpec,
     EgpoBonusSpec,
     EgpoRatioSpec,
@@ -135,7 +135,7 @@ class DemoConfig:
     recall_weight: float = _f(0.0, "reward + w * CHAIR recall per caption")
     max_grad_norm: float = _f(1.0, "gradient clipping")
 
-    # algorithm sections (entropyrl.specs; verl reads the same under algorithm.*)
+    # algorithm sections (entropyrl.core.specs; verl reads the same under algorithm.*)
     ppo: PpoClipSpec = field(default_factory=PpoClipSpec, metadata=_section("PPO clip constants"))
     clip_schedule: ClipScheduleSpec = field(
         default_factory=lambda: ClipScheduleSpec(enable=True),

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropyrl.entropy import token_entropy
+from entropyrl.core.entropy import token_entropy
 
 __all__ = [
     "expand_prompts",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entropyrl.files import atomic_path, write_json
+from entropyrl.core.files import atomic_path, write_json
 
 __all__ = [
     "CAPTION_HELD_OUT",

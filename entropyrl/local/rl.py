@@ -1,11 +1,12 @@
 """One GRPO-family step and one supervised step of the local runner, for any `Task`.
 
-The RL step follows the project's data flow of one training step: sample n responses per
-prompt, score them once, compute old log-probs and full-vocabulary token entropies at the sampling
+The RL step follows the project's data flow of one training step: sample n responses per prompt,
+score them once, compute old log-probs and full-vocabulary token entropies at the sampling
 temperature, group-relative advantages with the chosen entropy guidance
-(`entropyrl.advantages`, `entropyrl.maxent`), per-sample eps_high from each sample's CHAIR_i
-(`entropyrl.clip_schedules`), then PPO updates (`entropyrl.losses.ppo_clip_loss`) over several
-mini-batches so the clip bounds act. Formulas live in those modules; this one only moves tensors.
+(`entropyrl.core.advantages`, `entropyrl.core.maxent`), per-sample eps_high from each sample's
+CHAIR_i (`entropyrl.core.clip_schedules`), then PPO updates (`entropyrl.core.losses.ppo_clip_loss`)
+over several mini-batches so the clip bounds act. Formulas live in those modules; this one only
+moves tensors.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from entropyrl.algorithms import Estimate, EstimatorInputs, entropy_inputs, estimate
-from entropyrl.clip_schedules import clip_high_bounds
-from entropyrl.entropy import masked_mean
+from entropyrl.core.algorithms import Estimate, EstimatorInputs, entropy_inputs, estimate
+from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.entropy import masked_mean
+from entropyrl.core.losses import ppo_clip_loss
+from entropyrl.core.specs import AlgorithmSpecs, PpoClipSpec
 from entropyrl.local.policy import (
     expand_prompts,
     generate,
     response_log_probs,
     select_rows,
 )
-from entropyrl.losses import ppo_clip_loss
-from entropyrl.specs import AlgorithmSpecs, PpoClipSpec
 
 __all__ = [
     "RLSettings",
@@ -102,7 +103,7 @@ def compute_advantages(
     old_log_prob: Tensor | None = None,
     ref_seq_log_prob: Tensor | None = None,
 ) -> Estimate:
-    """The chosen estimator's advantages (`entropyrl.algorithms`, the table verl registers).
+    """The chosen estimator's advantages (`entropyrl.core.algorithms`, the table verl registers).
 
     `token_entropy` [N, T] is the rollout policy's entropy at the sampling temperature;
     `settings.specs.entropy` picks which quantity (entropy or the sampled token's NLL, from

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from entropyrl.entropy import think_tag_ids
-from entropyrl.files import json_dumps
+from entropyrl.core.entropy import think_tag_ids
+from entropyrl.core.files import json_dumps
+from entropyrl.core.specs import AlgorithmSpecs
 from entropyrl.local.config import DemoConfig, parse_variant
 from entropyrl.local.progress import Progress
 from entropyrl.local.rl import RLSettings, rl_step, supervised_step
-from entropyrl.specs import AlgorithmSpecs
 
 __all__ = [
     "CaptionSession",

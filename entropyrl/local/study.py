@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from entropyrl.files import json_dumps
+from entropyrl.core.files import json_dumps
 from entropyrl.local.config import DemoConfig
 from entropyrl.local.report import markdown_table, write_summary
 

@@ -210,7 +210,7 @@ class CiderD:
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if path.suffix == ".gz":
             data = gzip.compress(data, compresslevel=6, mtime=0)
-        from entropyrl.files import atomic_path
+        from entropyrl.core.files import atomic_path
 
         with atomic_path(path) as tmp:  # never half a file; mode from the umask
             tmp.write_bytes(data)

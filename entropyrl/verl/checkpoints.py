@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entropyrl.files import json_dumps
+from entropyrl.core.files import json_dumps
 
 SETTINGS_FILE = "entropyrl_run.json"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker of the latest saved step

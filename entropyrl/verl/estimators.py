@@ -1,4 +1,4 @@
-"""verl advantage estimators: every entry of `entropyrl.algorithms.ESTIMATORS` verl does not ship.
+"""verl advantage estimators: each entry of `entropyrl.core.algorithms.ESTIMATORS` verl lacks.
 
 Each is registered where it is defined, with `@register_adv_est(name)` as verl's own
 `core_algos.py` does, under verl's estimator signature `(token_level_rewards, response_mask,
@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from entropyrl.algorithms import EstimatorInputs, estimate
-from entropyrl.specs import algorithm_specs
+from entropyrl.core.algorithms import EstimatorInputs, estimate
+from entropyrl.core.specs import algorithm_specs
 from entropyrl.verl.inputs import Step, current_step, report
 
 

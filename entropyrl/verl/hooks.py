@@ -2,7 +2,7 @@
 
 `EntropyPPOTrainer._compute_advantage` only fetches fields from verl's TransferQueue, calls
 these, and writes the results back; tests call them on hand-built batches. Settings come from
-the algorithm sections (`entropyrl.specs`): `algorithm.entropy.{mode, source}` shape the
+the algorithm sections (`entropyrl.core.specs`): `algorithm.entropy.{mode, source}` shape the
 estimators' entropy input, `algorithm.clip_schedule.*` turns each sample's CHAIR_i into its
 clip_high bound.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from entropyrl.algorithms import entropy_inputs
-from entropyrl.clip_schedules import clip_high_bounds
-from entropyrl.estimator_names import ESTIMATOR_NEEDS
-from entropyrl.specs import AlgorithmSpecs, ClipScheduleSpec
+from entropyrl.core.algorithms import entropy_inputs
+from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.estimator_names import ESTIMATOR_NEEDS
+from entropyrl.core.specs import AlgorithmSpecs, ClipScheduleSpec
 from entropyrl.verl.inputs import Step
 
 
@@ -36,7 +36,7 @@ def build_step(
 ) -> tuple[Step, dict[str, float]]:
     """The step context for `estimator` (tensors [B, T]; `clip_high` [B]) and its metrics.
 
-    What goes in follows the estimator's declaration (`entropyrl.estimator_names`): per-token
+    What goes in follows the estimator's declaration (`entropyrl.core.estimator_names`): per-token
     entropy and its segment for those that read entropy, the reference log-probs for those that
     read them. Missing entropy (verl's bypass mode, or a worker that did not compute it) leaves
     `token_entropy` None: the estimators then fall back to GRPO and count it.

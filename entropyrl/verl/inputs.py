@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import torch
 
-from entropyrl.specs import AlgorithmSpecs
+from entropyrl.core.specs import AlgorithmSpecs
 
 T = TypeVar("T")
 

@@ -1,13 +1,13 @@
 """Per-sample clip-high for verl: a registered policy loss and the actor loss callable that feeds it.
 
-`per_sample_clip` (select with `actor_rollout_ref.actor.policy_loss.loss_mode=per_sample_clip`)
-is exactly verl's `vanilla` unless the step context (`entropyrl.verl.inputs.with_step`) carries
-a per-sample clip-high bound; then the per-token surrogate comes from
-`entropyrl.losses.ppo_clip_loss` (unaggregated) with that [B] tensor and verl's own `agg_loss` aggregates
-it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch fields, so `PerSampleClipPPOLoss` (installed
-on the actor workers with `set_loss_fn`) reads the `clip_high` field of each micro-batch,
-opens the context and delegates to verl's own `ppo_loss`: KL, entropy bonus and metrics stay
-verl's.
+`per_sample_clip` (select with `actor_rollout_ref.actor.policy_loss.loss_mode=per_sample_clip`) is
+exactly verl's `vanilla` unless the step context (`entropyrl.verl.inputs.with_step`) carries a
+per-sample clip-high bound; then the per-token surrogate comes from
+`entropyrl.core.losses.ppo_clip_loss` (unaggregated) with that [B] tensor and verl's own `agg_loss`
+aggregates it (global normalisation, every aggregation mode). verl's `ppo_loss` drops unknown batch
+fields, so `PerSampleClipPPOLoss` (installed on the actor workers with `set_loss_fn`) reads the
+`clip_high` field of each micro-batch, opens the context and delegates to verl's own `ppo_loss`: KL,
+entropy bonus and metrics stay verl's.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from entropyrl.estimator_names import PER_SAMPLE_CLIP_LOSS
-from entropyrl.losses import ppo_clip_loss
-from entropyrl.specs import PpoClipSpec
+from entropyrl.core.estimator_names import PER_SAMPLE_CLIP_LOSS
+from entropyrl.core.losses import ppo_clip_loss
+from entropyrl.core.specs import PpoClipSpec
 from entropyrl.verl.inputs import Step, current_step, with_step
 from entropyrl.verl.rank_metrics import global_batch_metrics
 from entropyrl.verl.recorder import recorder

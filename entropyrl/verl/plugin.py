@@ -20,14 +20,14 @@ from __future__ import annotations
 import importlib
 import sys
 
-from entropyrl.estimator_names import (
+from entropyrl.core.estimator_names import (
     CPU_PLATFORM,
     HF_ROLLOUT,
     VERL_POLICY_LOSSES,
     VERL_TRAINER_MODE,
     cpu_selected,
 )
-from entropyrl.estimator_names import VERL_ESTIMATORS as ESTIMATORS
+from entropyrl.core.estimator_names import VERL_ESTIMATORS as ESTIMATORS
 from entropyrl.verl import validation
 
 CPU_RUN = cpu_selected()
@@ -38,7 +38,7 @@ if CPU_RUN:
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still
-# half-imported, so nothing below may read its attributes (`entropyrl.estimator_names` imports
+# half-imported, so nothing below may read its attributes (`entropyrl.core.estimator_names` imports
 # nothing, so it is never half-imported).
 POLICY_LOSSES: tuple[str, ...] = VERL_POLICY_LOSSES
 TRAINERS: tuple[str, ...] = (VERL_TRAINER_MODE,)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from entropyrl.files import json_dumps
+from entropyrl.core.files import json_dumps
 from entropyrl.verl.tensors import padded
 
 TRACE_ENV = "ENTROPYRL_TRACE_DIR"

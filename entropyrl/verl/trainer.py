@@ -50,9 +50,9 @@ from tensordict import TensorDict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from entropyrl.entropy import think_tag_ids
-from entropyrl.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
-from entropyrl.specs import AlgorithmSpecs, algorithm_specs
+from entropyrl.core.entropy import think_tag_ids
+from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
+from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import checkpoints, reward_failures
 from entropyrl.verl.hooks import (
     build_step,
@@ -249,7 +249,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     @property
     def specs(self) -> AlgorithmSpecs:
-        """The algorithm sections of this run's config (`entropyrl.specs`), parsed once."""
+        """The algorithm sections of this run's config (`entropyrl.core.specs`), parsed once."""
         specs = self.__dict__.get("_specs")
         if specs is None:
             specs = self._specs = algorithm_specs(self.config.algorithm)

@@ -7,7 +7,7 @@ one of our estimators or our loss; any other run gets verl's validation alone), 
 stop the run at once instead of after Ray, TransferQueue, the workers, the rollout and the
 log-prob passes have run:
 
-- an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.specs`), e.g.
+- an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.core.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
 - a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
   that does not divide a rank's share of the mini-batch on this layout;
@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from entropyrl.estimator_names import PER_SAMPLE_CLIP_LOSS
-from entropyrl.specs import SpecError, algorithm_specs
+from entropyrl.core.estimator_names import PER_SAMPLE_CLIP_LOSS
+from entropyrl.core.specs import SpecError, algorithm_specs
 
 
 class ConfigRefusal(ValueError):
@@ -50,7 +50,7 @@ class ConfigRefusal(ValueError):
 
 
 def check_algorithm(config: Any) -> None:
-    """Raise `entropyrl.specs.SpecError` for an unknown or out-of-range algorithm setting."""
+    """Raise `entropyrl.core.specs.SpecError` for an unknown or out-of-range algorithm setting."""
     algorithm = config.get("algorithm") if hasattr(config, "get") else None
     algorithm_specs(algorithm)
 
@@ -126,7 +126,7 @@ def uses_entropyrl(config: Any) -> bool:
     exactly as verl alone validates it."""
     from omegaconf import OmegaConf
 
-    from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+    from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
 
     def value(key: str) -> str | None:
         found = OmegaConf.select(config, key, default=None)
@@ -145,7 +145,7 @@ def uses_our_trainer(config: Any) -> bool:
     that uses none of the plugin's parts does not get them."""
     from omegaconf import OmegaConf
 
-    from entropyrl.estimator_names import VERL_TRAINER_MODE
+    from entropyrl.core.estimator_names import VERL_TRAINER_MODE
 
     return OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) == VERL_TRAINER_MODE
 
@@ -165,7 +165,7 @@ def registered_names() -> tuple[set[str], set[str]] | None:
     core = sys.modules.get("verl.trainer.ppo.core_algos")
     if core is not None:
         return set(core.ADV_ESTIMATOR_REGISTRY), set(core.POLICY_LOSS_REGISTRY)
-    from entropyrl.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+    from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
 
     plugins = {entry.name for entry in importlib.metadata.entry_points(group="verl.plugins")}
     spec = importlib.util.find_spec("verl")

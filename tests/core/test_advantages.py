@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.advantages import (
+from entropyrl.core.advantages import (
     broadcast_to_tokens,
     egpo_bonus_advantage,
     egpo_ratio_advantage,

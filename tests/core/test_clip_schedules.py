@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.clip_schedules import CLIP_RULES, DIRECTIONS, clip_high_bounds
-from entropyrl.specs import ClipScheduleSpec, SpecError
+from entropyrl.core.clip_schedules import CLIP_RULES, DIRECTIONS, clip_high_bounds
+from entropyrl.core.specs import ClipScheduleSpec, SpecError
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 

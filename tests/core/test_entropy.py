@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.entropy import masked_mean, segment_mask, sequence_entropy, token_entropy
+from entropyrl.core.entropy import masked_mean, segment_mask, sequence_entropy, token_entropy
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
 

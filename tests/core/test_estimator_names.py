@@ -1,14 +1,14 @@
 """Every list of estimator names derives from the table's declarations (`@estimator` in
-`entropyrl/algorithms.py`), read by import and, without torch, from the source."""
+`entropyrl/core/algorithms.py`), read by import and, without torch, from the source."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from entropyrl import estimator_names
-from entropyrl.algorithms import ESTIMATORS, EstimatorInputs, estimate
-from entropyrl.specs import AlgorithmSpecs, MaxEntSpec
+from entropyrl.core import estimator_names
+from entropyrl.core.algorithms import ESTIMATORS, EstimatorInputs, estimate
+from entropyrl.core.specs import AlgorithmSpecs, MaxEntSpec
 
 
 def test_the_source_reading_sees_what_the_import_registers():
@@ -21,7 +21,7 @@ def test_the_source_reading_sees_what_the_import_registers():
 
 
 def test_an_estimator_is_defined_once():
-    from entropyrl.algorithms import estimator
+    from entropyrl.core.algorithms import estimator
 
     with pytest.raises(ValueError, match="defined twice"):
         estimator("egpo")(lambda inputs, specs: None)

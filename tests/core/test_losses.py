@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.losses import AGG_MODES, ppo_clip_loss
+from entropyrl.core.losses import AGG_MODES, ppo_clip_loss
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True)
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.maxent import listwise_log_target, maxent_advantage, maxent_target
+from entropyrl.core.maxent import listwise_log_target, maxent_advantage, maxent_target
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
 

@@ -1,4 +1,4 @@
-"""`entropyrl.specs`: one holder per default, strict parsing, deprecated keys."""
+"""`entropyrl.core.specs`: one holder per default, strict parsing, deprecated keys."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import inspect
 
 import pytest
 
-from entropyrl import advantages, clip_schedules, losses, maxent
-from entropyrl.specs import (
+from entropyrl.core import advantages, clip_schedules, losses, maxent
+from entropyrl.core.specs import (
     REMOVED_KEYS,
     SPEC_CLASSES,
     AlgorithmSpecs,
@@ -136,10 +136,10 @@ def test_specs_do_not_import_the_schedule():
     import ast
     from pathlib import Path
 
-    import entropyrl.specs
+    import entropyrl.core.specs
 
     modules = set()
-    for node in ast.walk(ast.parse(Path(entropyrl.specs.__file__).read_text())):
+    for node in ast.walk(ast.parse(Path(entropyrl.core.specs.__file__).read_text())):
         if isinstance(node, ast.ImportFrom):
             modules.add(node.module or "")
         elif isinstance(node, ast.Import):

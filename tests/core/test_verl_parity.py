@@ -6,8 +6,8 @@ import torch
 
 verl_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
-from entropyrl.advantages import grpo_advantage  # noqa: E402
-from entropyrl.losses import AGG_MODES, ppo_clip_loss  # noqa: E402
+from entropyrl.core.advantages import grpo_advantage  # noqa: E402
+from entropyrl.core.losses import AGG_MODES, ppo_clip_loss  # noqa: E402
 
 
 def random_groups(seed, n_groups=40, max_size=8):

@@ -16,7 +16,7 @@ import pytest
 CHILD = """
 import sys, time
 import entropyrl.data.mixed_debug as mixed
-from entropyrl.files import atomic_path
+from entropyrl.core.files import atomic_path
 from entropyrl.cli import main
 
 real, calls = mixed.write_parquet, []

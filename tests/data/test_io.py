@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from entropyrl.core.files import atomic_path, stable_hash
 from entropyrl.data.io import InputFileError, RejectLog, read_image_list, read_records
-from entropyrl.files import atomic_path, stable_hash
 
 
 def test_read_records_array_and_lines(tmp_path):

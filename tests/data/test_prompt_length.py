@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
+from entropyrl.core.files import write_parquet
 from entropyrl.data.prompt_length import (
     VisionGrid,
     chat_messages,
@@ -19,7 +20,6 @@ from entropyrl.data.prompt_length import (
     longest_prompt,
     prompt_tokens,
 )
-from entropyrl.files import write_parquet
 
 PROMPT = [{"role": "user", "content": "<image>Describe this image in one sentence."}]
 SIZES = [(640, 480), (97, 33), (1000, 250)]  # COCO's usual, under the minimum, wide

@@ -154,7 +154,7 @@ def settings_for(adv: str, **sections):
 
 
 def test_advantage_routing_uses_the_core_estimators():
-    from entropyrl.advantages import egpo_bonus_advantage, grpo_advantage
+    from entropyrl.core.advantages import egpo_bonus_advantage, grpo_advantage
     from entropyrl.local.rl import compute_advantages, sample_clip_high
 
     scores = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0])

@@ -14,7 +14,7 @@ import verl
 from omegaconf import OmegaConf
 
 import entropyrl.verl.plugin  # noqa: F401
-from entropyrl.specs import SPEC_CLASSES, ClipScheduleSpec, EgpoBonusSpec, algorithm_specs
+from entropyrl.core.specs import SPEC_CLASSES, ClipScheduleSpec, EgpoBonusSpec, algorithm_specs
 from entropyrl.verl.trainer import EntropyPPOTrainer
 
 CONFIG_NAMES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling")
@@ -286,7 +286,7 @@ def test_validation_runs_in_bounded_batches_and_verl_does_not_filter(compose):
 
 
 def test_a_training_set_smaller_than_a_step_is_refused(compose, tmp_path):
-    from entropyrl.files import write_parquet
+    from entropyrl.core.files import write_parquet
     from entropyrl.verl.validation import data_problems
 
     data = tmp_path / "train.parquet"
@@ -337,7 +337,7 @@ def test_a_run_of_verls_own_trainer_keeps_verls_behaviour(compose, tmp_path):
     """The refusals that change what verl would do (an estimator verl does not know yet, a
     training set smaller than a step, the prompt bound) apply to the entropy-aware trainer's
     runs only: the plugin loads into every verl process."""
-    from entropyrl.files import write_parquet
+    from entropyrl.core.files import write_parquet
     from entropyrl.verl.validation import config_problems
 
     data = tmp_path / "train.parquet"

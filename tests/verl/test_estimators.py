@@ -1,7 +1,7 @@
 """Our estimators called through verl's own `compute_advantage` on a DataProto.
 
-They must give the numbers of `entropyrl.advantages` / `entropyrl.maxent` called directly, and
-plain verl GRPO when no entropy is available.
+They must give the numbers of `entropyrl.core.advantages` / `entropyrl.core.maxent` called
+directly, and plain verl GRPO when no entropy is available.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
-from entropyrl import advantages as core
-from entropyrl.maxent import maxent_advantage
-from entropyrl.specs import SpecError, algorithm_specs
+from entropyrl.core import advantages as core
+from entropyrl.core.maxent import maxent_advantage
+from entropyrl.core.specs import SpecError, algorithm_specs
 from entropyrl.verl.estimators import group_ids
 from entropyrl.verl.inputs import Step, with_step
 
@@ -186,7 +186,7 @@ def test_each_estimator_is_defined_under_its_verl_name():
     """Registered where defined (as verl's own core_algos), one per declared name."""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    from entropyrl.estimator_names import VERL_ESTIMATORS
+    from entropyrl.core.estimator_names import VERL_ESTIMATORS
     from entropyrl.verl import estimators
 
     for name in VERL_ESTIMATORS:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from entropyrl.core.specs import LostSamplesSpec, SpecError, algorithm_specs
 from entropyrl.rewards.chair_client import ChairAuthError
-from entropyrl.specs import LostSamplesSpec, SpecError, algorithm_specs
 from entropyrl.verl import reward_failures, rewards
 from entropyrl.verl.lost_samples import SETTING, account, sessions_received
 from entropyrl.verl.reward_failures import AUTH, ERROR, Failure

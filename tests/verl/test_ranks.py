@@ -51,10 +51,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from entropyrl.clip_schedules import clip_high_bounds
 from entropyrl.commands import smoke
 from entropyrl.commands.smoke_check import read_metrics
-from entropyrl.specs import ClipScheduleSpec
+from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.specs import ClipScheduleSpec
 from entropyrl.verl import trace
 from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 

@@ -17,10 +17,10 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from transfer_queue import KVBatchMeta
 
 import entropyrl.verl.plugin  # noqa: F401
-from entropyrl import advantages as core
-from entropyrl.clip_schedules import clip_high_bounds
-from entropyrl.entropy import think_tag_ids
-from entropyrl.specs import AlgorithmSpecs, ClipScheduleSpec, EntropySpec, algorithm_specs
+from entropyrl.core import advantages as core
+from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.entropy import think_tag_ids
+from entropyrl.core.specs import AlgorithmSpecs, ClipScheduleSpec, EntropySpec, algorithm_specs
 from entropyrl.verl import trainer as trainer_module
 from entropyrl.verl.hooks import (
     build_step,

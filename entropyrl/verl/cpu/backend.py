@@ -37,7 +37,7 @@ import types
 import warnings
 from typing import Any
 
-from entropyrl.estimator_names import HF_ROLLOUT
+from entropyrl.core.estimator_names import HF_ROLLOUT
 from entropyrl.models.processor import IMAGE_ONLY_PROCESSORS
 from entropyrl.models.processor import load_image_only_processor as load_processor
 

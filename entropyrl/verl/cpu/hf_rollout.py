@@ -50,7 +50,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from entropyrl.files import json_dumps
+from entropyrl.core.files import json_dumps
 from entropyrl.verl import trace
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-from entropyrl.estimator_names import CPU_PLATFORM as PLATFORM_NAME
-from entropyrl.estimator_names import cpu_selected
+from entropyrl.core.estimator_names import CPU_PLATFORM as PLATFORM_NAME
+from entropyrl.core.estimator_names import cpu_selected
 
 
 def _total_memory() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from entropyrl.specs import CLIP_RULES, DIRECTIONS, ClipScheduleSpec
+from entropyrl.core.specs import CLIP_RULES, DIRECTIONS, ClipScheduleSpec
 
 __all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_bounds"]
 

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from entropyrl.specs import PpoClipSpec
+from entropyrl.core.specs import PpoClipSpec
 
 __all__ = ["AGG_MODES", "ClipMasks", "aggregate", "ppo_clip_loss"]
 

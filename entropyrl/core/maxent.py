@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from entropyrl._segments import (
+from entropyrl.core._segments import (
     check_1d,
     float_dtype,
     gather,
@@ -25,7 +25,7 @@ from entropyrl._segments import (
     seg_max,
     seg_sum,
 )
-from entropyrl.specs import MAXENT_SOURCES, MaxEntSpec
+from entropyrl.core.specs import MAXENT_SOURCES, MaxEntSpec
 
 __all__ = ["LISTWISE_SOURCES", "listwise_log_target", "maxent_advantage", "maxent_target"]
 
@@ -155,7 +155,7 @@ def maxent_advantage(
     (1/K_g) sum_i (K_g pi*_i - 1) log pi(a_i): the weight K_g pi*_i - 1 is zero-sum per group
     (0 for a group of one and for a uniform pi*), so it plugs into the same PPO loss as a GRPO
     advantage. Sign: candidates pi* favours over uniform are pushed up. The defaults
-    (`entropyrl.specs.MaxEntSpec`) are a starting point, not tuned values.
+    (`entropyrl.core.specs.MaxEntSpec`) are a starting point, not tuned values.
 
     Args:
         scores: Tensor[B] rewards. log_pi_ref: Tensor[B] reference sequence log-likelihoods.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from entropyrl._segments import (
+from entropyrl.core._segments import (
     check_1d,
     float_dtype,
     gather,
@@ -28,7 +28,7 @@ from entropyrl._segments import (
     seg_max,
     seg_sum,
 )
-from entropyrl.specs import EgpoBonusSpec, EgpoRatioSpec, TokenShapingSpec
+from entropyrl.core.specs import EgpoBonusSpec, EgpoRatioSpec, TokenShapingSpec
 
 __all__ = [
     "broadcast_to_tokens",

@@ -3,7 +3,8 @@
 Each estimator is registered where it is defined, by `@estimator(name, ...)`, which also declares
 what it reads beyond the scores (per-token entropy, the reference policy's log-probs) and whether
 verl ships it itself. Every list of names and every engine's decision of which inputs to gather
-derives from these declarations: `entropyrl.estimator_names` reads them without importing torch.
+derives from these declarations: `entropyrl.core.estimator_names` reads them without importing
+torch.
 verl gets each entry but `grpo` (verl has its own) from `entropyrl.verl.estimators`; the local
 runner dispatches through `estimate`. An entry maps the same inputs (per-sample
 scores, group ids, the response mask, per-token entropy of the rollout policy and optionally the
@@ -25,10 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropyrl import advantages as adv
-from entropyrl import maxent
-from entropyrl.entropy import segment_mask, sequence_entropy
-from entropyrl.specs import AlgorithmSpecs, EntropySpec
+from entropyrl.core import advantages as adv
+from entropyrl.core import maxent
+from entropyrl.core.entropy import segment_mask, sequence_entropy
+from entropyrl.core.specs import AlgorithmSpecs, EntropySpec
 
 __all__ = [
     "ESTIMATORS",
@@ -162,7 +163,7 @@ def estimator(
 ) -> Callable[[Formula], Formula]:
     """Register the decorated formula as estimator `name`, with what it reads.
 
-    Write the arguments as literals: `entropyrl.estimator_names` reads them from this file's
+    Write the arguments as literals: `entropyrl.core.estimator_names` reads them from this file's
     source, where torch is too heavy to import.
     """
 

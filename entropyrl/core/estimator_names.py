@@ -1,7 +1,7 @@
 """The names the plugin registers with verl, importable without torch.
 
 The advantage estimators are declared once, where each is defined: the `@estimator(name, ...)`
-decorators of `entropyrl/algorithms.py`, with what each reads (per-token entropy, reference
+decorators of `entropyrl/core/algorithms.py`, with what each reads (per-token entropy, reference
 log-probs) and whether verl ships it. This module reads those declarations from that file's
 source (`ast`, no import): the names are needed where torch is too heavy or too early (the local
 runner's CLI, the smoke check, and the verl plugin, which runs while one of our verl modules may
@@ -14,7 +14,7 @@ from pathlib import Path
 
 def _declared_estimators() -> dict[str, dict[str, bool]]:
     """{name: {"entropy": bool, "reference": bool, "in_verl": bool}} in definition order, from
-    the `@estimator("name", flag=True, ...)` decorators of `entropyrl/algorithms.py`."""
+    the `@estimator("name", flag=True, ...)` decorators of `entropyrl/core/algorithms.py`."""
     source = Path(__file__).with_name("algorithms.py").read_text(encoding="utf-8")
     declared: dict[str, dict[str, bool]] = {}
     for node in ast.parse(source).body:
@@ -32,7 +32,7 @@ def _declared_estimators() -> dict[str, dict[str, bool]]:
     return declared
 
 
-# {name: what it reads}: the one declaration, as `entropyrl.algorithms.ESTIMATORS` holds it.
+# {name: what it reads}: the one declaration, as `entropyrl.core.algorithms.ESTIMATORS` holds it.
 ESTIMATOR_NEEDS: dict[str, dict[str, bool]] = _declared_estimators()
 ESTIMATOR_NAMES: tuple[str, ...] = tuple(ESTIMATOR_NEEDS)
 # verl ships its own `grpo`; the plugin registers the others.

@@ -7,7 +7,8 @@ misspelt knob fails at start instead of silently keeping its default. The core f
 their keyword defaults from these classes (`lam: float = EgpoBonusSpec.lam`).
 
 Sections:
-- `clip_schedule`: per-sample clip_high from a hallucination score (`entropyrl.clip_schedules`).
+- `clip_schedule`: per-sample clip_high from a hallucination score
+  (`entropyrl.core.clip_schedules`).
 - `entropy`: which per-token quantity and which tokens form a sample's entropy H_i.
 - `egpo_bonus`: the additive EGPO bonus (`advantages.egpo_bonus_advantage`).
 - `egpo_ratio`: the multiplicative entropy-ratio calibration (`advantages.egpo_ratio_advantage`).
@@ -134,7 +135,7 @@ def _coerce(value: Any, f: dataclasses.Field, key: str) -> Any:
 class ClipScheduleSpec(Spec):
     """Per-sample PPO clip_high from each sample's hallucination score (CHAIR_i).
 
-    Checked here, once: `entropyrl.clip_schedules.clip_high_bounds` applies the rule to a
+    Checked here, once: `entropyrl.core.clip_schedules.clip_high_bounds` applies the rule to a
     built spec and relies on these checks (the bounds lie in [min(low, high), max(low, high)]
     or are `neutral`, all finite and >= 0).
     """
