@@ -28,6 +28,7 @@ __all__ = ["WarmupEntry", "cache_root", "warmup_entry"]
 
 # The code a warm-up's result depends on (paths under the package).
 WARMUP_SOURCES = (
+    "core/entropy.py",  # masked_mean, the warm-up's loss
     "data/synthetic.py",
     "local/captioning.py",
     "local/policy.py",
