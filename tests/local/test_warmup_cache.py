@@ -157,3 +157,18 @@ def test_the_start_line_scales_the_measured_phases_by_the_work():
     assert expected_seconds(three, warmup=False) == pytest.approx(
         cached + 2 * (PHASE_SECONDS["RL"] + PHASE_SECONDS["evaluation"])
     )
+
+
+def test_warmup_only_fills_the_slot_once(tmp_path, empty_cache, capsys):
+    """What `bash tools/setup.sh` runs: the first call trains and stores, the next finds it."""
+    from entropyrl.local.demo import main
+
+    cfg = DemoConfig(out=str(tmp_path / "unused"), warmup_only=True, **{**TINY, "warmup_steps": 4})
+    assert main(cfg) == 0
+    first = capsys.readouterr().out
+    assert "training it for these settings, once" in first and "stored (4 steps" in first
+    assert main(cfg) == 0
+    assert capsys.readouterr().out.strip() == "warm-up checkpoint: in the cache"
+    assert not (tmp_path / "unused").exists(), "--warmup-only writes no run folder"
+    refused = DemoConfig(warmup_only=True, warmup_cache=False, **TINY)
+    assert main(refused) == 2
