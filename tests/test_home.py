@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PARTS = {
     "tokenizer, matplotlib and torch": [
-        "tests/local/test_tokenizer.py",
+        "tests/models/test_tokenizer.py",
         "tests/local/test_curves.py",
     ],
     "verl dataset and CHAIR commands": [
