@@ -9,7 +9,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+
+from entropyrl.core.files import source_digest
 
 # Tiny model name -> its builder in entropyrl.models.tiny.
 MODELS: dict[str, str] = {
@@ -55,11 +56,7 @@ ASSET_SOURCES = (
 @cache
 def asset_source_digest() -> str:
     """sha256 of `ASSET_SOURCES` as installed (names and bytes, in that order)."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for name in ASSET_SOURCES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
-    return digest.hexdigest()
+    return source_digest(ASSET_SOURCES)
 
 
 # The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).

