@@ -25,9 +25,9 @@ others:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-import os
 import platform
 import statistics
 import subprocess
@@ -116,8 +116,21 @@ def _estimator_batch(groups: int, size: int, length: int, seed: int) -> dict[str
     }
 
 
+def _run_estimator(name, batch, specs, where: torch.device, cast: torch.dtype, entropy_dtype):
+    from entropyrl.core.algorithms import EstimatorInputs, estimate
+
+    inputs = EstimatorInputs(
+        scores=batch["scores"].to(where, cast),
+        group=batch["group"].to(where),
+        mask=batch["mask"].to(where, cast),
+        token_entropy=batch["entropy"].to(entropy_dtype).to(where, cast),
+        ref_seq_log_prob=batch["ref"].to(where, cast),
+    )
+    return estimate(name, inputs, specs)
+
+
 def core(device: torch.device, small: bool) -> dict[str, Any]:
-    from entropyrl.core.algorithms import ESTIMATORS, EstimatorInputs, estimate
+    from entropyrl.core.algorithms import ESTIMATORS
     from entropyrl.core.clip_schedules import clip_high_bounds
     from entropyrl.core.entropy import token_entropy
     from entropyrl.core.losses import ppo_clip_loss
@@ -131,25 +144,15 @@ def core(device: torch.device, small: bool) -> dict[str, Any]:
     for name in ESTIMATORS:
         row = {}
         for dtype in (torch.float32, torch.bfloat16):
-
-            def run(where: torch.device, cast: torch.dtype, entropy_dtype: torch.dtype):
-                inputs = EstimatorInputs(
-                    scores=batch["scores"].to(where, cast),
-                    group=batch["group"].to(where),
-                    mask=batch["mask"].to(where, cast),
-                    token_entropy=batch["entropy"].to(entropy_dtype).to(where, cast),
-                    ref_seq_log_prob=batch["ref"].to(where, cast),
-                )
-                return estimate(name, inputs, specs)
-
+            run = functools.partial(_run_estimator, name, batch, specs)
             reference = run(torch.device("cpu"), torch.float64, dtype)
             got = run(device, torch.float32, dtype)
             diff = (got.token.double().cpu() - reference.token).abs().max().item()
             seconds = _median_seconds(
-                lambda: run(device, torch.float32, dtype), device, 3 if small else 10
+                functools.partial(run, device, torch.float32, dtype), device, 3 if small else 10
             )
             cpu_seconds = _median_seconds(
-                lambda: run(torch.device("cpu"), torch.float32, dtype),
+                functools.partial(run, torch.device("cpu"), torch.float32, dtype),
                 torch.device("cpu"),
                 3,
             )
@@ -176,7 +179,7 @@ def core(device: torch.device, small: bool) -> dict[str, Any]:
         "max_abs_diff_vs_cpu_fp64": (got[sample].double().cpu() - reference).abs().max().item(),
         "mean_entropy": got.mean().item(),
         "device_seconds": _median_seconds(
-            lambda: token_entropy(logits, chunk_size=1024), device, 5
+            functools.partial(token_entropy, logits, chunk_size=1024), device, 5
         ),
     }
     del logits
@@ -345,11 +348,24 @@ def _recipe_batch(config: Any, rows: int, length: int, response: int, grid: tupl
     }
 
 
+def _recipe_step(model, batch, adv, mask, bounds) -> float:
+    """Forward, log-probs of every position in float32 (verl's actor without a fused kernel),
+    the per-sample clip loss, backward; returns the loss."""
+    from entropyrl.core.losses import ppo_clip_loss
+
+    output = model(**batch, use_cache=False)
+    logits = output.logits[:, :-1, :].float()
+    ids = batch["input_ids"][:, 1:]
+    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    loss, _, _ = ppo_clip_loss(log_prob, log_prob.detach() - 0.01, adv, mask, clip_high=bounds)
+    loss.backward()
+    return float(loss.detach())
+
+
 def recipe(device: torch.device, small: bool) -> dict[str, Any]:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from entropyrl.core.clip_schedules import clip_high_bounds
-    from entropyrl.core.losses import ppo_clip_loss
     from entropyrl.core.specs import ClipScheduleSpec
 
     # docs/scaling.md: ppo_micro_batch_size_per_gpu 5, max_prompt_length 1,024 + 256 response;
@@ -373,13 +389,12 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
                 )
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
-            )  # noqa: E501
+            )
             model.config.use_cache = False
             model.train()
             row["parameters_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 3)
             row["build_seconds"] = round(time.perf_counter() - started, 1)
             batch = _recipe_batch(config, rows, length, response, grid, device)
-            ids = batch["input_ids"]
             gen = torch.Generator().manual_seed(3)
             chair = (torch.rand(rows, generator=gen) * 0.3).to(device)
             bounds = clip_high_bounds(chair, ClipScheduleSpec(enable=True))
@@ -387,21 +402,7 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
             mask = torch.zeros(rows, length - 1, device=device)
             mask[:, -response:] = 1.0
 
-            def step() -> float:
-                output = model(**batch, use_cache=False)
-                # verl's actor: logits of every position, log-probs in float32 (no fused kernel).
-                logits = output.logits[:, :-1, :].float()
-                log_prob = (
-                    torch.log_softmax(logits, dim=-1)
-                    .gather(-1, ids[:, 1:].unsqueeze(-1))
-                    .squeeze(-1)
-                )
-                loss, _, _ = ppo_clip_loss(
-                    log_prob, log_prob.detach() - 0.01, adv, mask, clip_high=bounds
-                )
-                loss.backward()
-                return float(loss.detach())
-
+            step = functools.partial(_recipe_step, model, batch, adv, mask, bounds)
             _sync(device)
             static = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
             if device.type == "cuda":
@@ -428,10 +429,10 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
                 step()
                 _sync(device)
                 row["second_step_seconds"] = round(time.perf_counter() - started, 2)
-        except Exception as error:  # noqa: BLE001 - one size failing keeps the other's row
+        except Exception as error:
             row["error"] = f"{type(error).__name__}: {error}"[:2000]
         finally:
-            model = None  # noqa: F841
+            model = None
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return out
@@ -503,7 +504,7 @@ def main() -> int:
                 result = demo(device, args.small, work, timeout=min(left - 10, 3600))
             else:
                 raise ValueError(f"unknown part {part!r}; known: {', '.join(PARTS)}")
-        except Exception as error:  # noqa: BLE001 - the other parts still run
+        except Exception as error:
             failed += 1
             result = {"error": f"{type(error).__name__}: {error}",
                       "traceback": traceback.format_exc()[-4000:]}  # fmt: skip
