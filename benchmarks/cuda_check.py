@@ -267,7 +267,7 @@ def local(device: torch.device, small: bool, work: Path) -> dict[str, Any]:
             rl = run_rl(session.model, session.task, cfg, "egpo+clip", seed=0, log=log,
                         progress=False)  # fmt: skip
             history = rl["history"]
-            keys = ("reward", "chair_i", "cider", "entropy", "clip_high", "loss",
+            keys = ("reward", "chair_i", "cider", "entropy", "clip_high", "loss", "response_length",
                     "clip_frac_high")  # fmt: skip
             rows[label] = {
                 "param_dtype": str(next(session.model.parameters()).dtype),
@@ -362,10 +362,28 @@ def _recipe_step(model, batch, adv, mask, bounds) -> float:
     return float(loss.detach())
 
 
+def _allocated(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _max_allocated(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _drop_grad(parameter: torch.Tensor) -> None:
+    parameter.grad = None
+
+
 def recipe(device: torch.device, small: bool) -> dict[str, Any]:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from entropyrl.core.clip_schedules import clip_high_bounds
+    from entropyrl.core.entropy import token_entropy
     from entropyrl.core.specs import ClipScheduleSpec
 
     # docs/scaling.md: ppo_micro_batch_size_per_gpu 5, max_prompt_length 1,024 + 256 response;
@@ -404,9 +422,8 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
 
             step = functools.partial(_recipe_step, model, batch, adv, mask, bounds)
             _sync(device)
-            static = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
+            static = _allocated(device)
+            _reset_peak(device)
             started = time.perf_counter()
             loss = step()
             _sync(device)
@@ -414,21 +431,40 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
             row["loss_finite"] = math.isfinite(loss)
             grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()
                         if p.grad is not None)  # fmt: skip
-            if device.type == "cuda":
-                peak = torch.cuda.max_memory_allocated(device)
-                row.update(
-                    parameters_bf16_gb=_gb(static),
-                    gradients_bf16_gb=_gb(grads),
-                    peak_gb=_gb(peak),
-                    # peak = parameters + activations + the gradients present at the peak
-                    activations_at_most_gb=_gb(peak - static),
-                    activations_at_least_gb=_gb(peak - static - grads),
-                )
-                model.zero_grad(set_to_none=True)
-                started = time.perf_counter()
-                step()
-                _sync(device)
-                row["second_step_seconds"] = round(time.perf_counter() - started, 2)
+            peak = _max_allocated(device)
+            row.update(
+                parameters_bf16_gb=_gb(static),
+                gradients_bf16_gb=_gb(grads),
+                peak_with_gradients_gb=_gb(peak),
+            )
+            # Activations alone: each gradient is dropped as soon as it is accumulated, as
+            # FSDP2 reduce-scatters it into the sharded float32 gradient (its own row).
+            model.zero_grad(set_to_none=True)
+            hooks = [p.register_post_accumulate_grad_hook(_drop_grad)
+                     for p in model.parameters()]  # fmt: skip
+            _reset_peak(device)
+            started = time.perf_counter()
+            step()
+            _sync(device)
+            row["second_step_seconds"] = round(time.perf_counter() - started, 2)
+            row["activations_gb"] = _gb(_max_allocated(device) - static)
+            for hook in hooks:
+                hook.remove()
+            # The old-log-prob pass: twice the rows, no gradients, log-probs and entropy of
+            # every position in float32 (what the estimators read).
+            wide = _recipe_batch(config, 2 * rows, length, response, grid, device)
+            _reset_peak(device)
+            with torch.no_grad():
+                logits = model(**wide, use_cache=False).logits.float()
+                log_prob = torch.log_softmax(logits, dim=-1).max(-1).values
+                entropy = token_entropy(logits)
+            _sync(device)
+            row["no_grad_pass_rows"] = 2 * rows
+            row["no_grad_pass_gb"] = _gb(_max_allocated(device) - static)
+            row["no_grad_finite"] = bool(
+                torch.isfinite(log_prob).all() and torch.isfinite(entropy).all()
+            )
+            del logits, log_prob, entropy, wide
         except Exception as error:
             row["error"] = f"{type(error).__name__}: {error}"[:2000]
         finally:
