@@ -153,7 +153,9 @@ def main() -> None:
             if reference is None:
                 reference = res["mean_entropy"]
             elif res["mean_entropy"] != reference:
-                print(f"WARNING: chunk {chunk} gave a different mean entropy")
+                # Bit for bit on the CPU; CUDA's reductions order by the block's shape.
+                gap = abs(res["mean_entropy"] - reference) / abs(reference)
+                print(f"note: chunk {chunk}: mean entropy differs by {gap:.1e} (relative)")
         print(
             f"| {label} | {chunk or 'none'} | {res['peak'] / 2**20:,.0f} MiB | "
             f"{res['seconds']:.2f} |"

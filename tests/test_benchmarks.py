@@ -52,6 +52,26 @@ def test_entropy_memory_benchmark_runs_chunked_and_unchunked():
     assert "| token_entropy | 16 |" in result.stdout
 
 
+def test_cuda_check_runs_small_on_cpu(tmp_path):
+    """The GPU script at tiny sizes on the CPU: every part it runs ends without an error and the
+    core agrees with float64 (docs/cuda.md holds its numbers from a GPU)."""
+    result = run_benchmark(
+        "cuda_check.py",
+        *("--small", "--device", "cpu", "--parts", "environment,core,recipe"),
+        *("--out", str(tmp_path)),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "cuda_check.json").read_text())
+    for name, row in report["core"]["estimators"]["rows"].items():
+        for entropy_dtype, cell in row.items():
+            assert cell["finite"], (name, entropy_dtype)
+            assert cell["max_abs_diff_vs_cpu_fp64"] < 1e-5, (name, entropy_dtype)
+    assert report["core"]["token_entropy"]["max_abs_diff_vs_cpu_fp64"] < 1e-5
+    assert report["core"]["ppo_clip_loss"]["grad_max_abs_diff"] < 1e-6
+    assert report["recipe"]["tiny"]["loss_finite"] and report["recipe"]["tiny"]["no_grad_finite"]
+    assert "error" not in report["recipe"]["tiny"]
+
+
 def test_cider_benchmark_runs_quick():
     pytest.importorskip("pycocoevalcap")
     result = run_benchmark("cider.py", "--quick", "--images", "200")

@@ -62,7 +62,9 @@ def token_entropy(logits: Tensor, chunk_size: int | None = None) -> Tensor:
         chunk_size: process at most this many rows (flattened leading positions) at a time, so
             the float32 temporaries take ``2 * chunk_size * V * 4`` bytes (3x for bf16/fp16
             input) instead of two (three) copies of the whole input. ``None``: all rows at
-            once. Rows are independent, so the result is the same either way.
+            once. Rows are independent: on the CPU the result is the same bit for bit either
+            way; on CUDA the reduction kernels pick their order by the block's shape, so it
+            can differ in float32's last digits (seen on an H200: docs/cuda.md).
 
     Returns:
         Tensor[...] float32 (differentiable when ``logits`` requires grad).
