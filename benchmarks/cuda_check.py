@@ -244,8 +244,8 @@ def _peak_gib(device: torch.device) -> float | None:
 
 
 def local(device: torch.device, small: bool, work: Path) -> dict[str, Any]:
-    from entropyrl.local.config import DemoConfig
-    from entropyrl.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
+    from entropyrl.rig.local.config import DemoConfig
+    from entropyrl.rig.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
 
     settings = dict(device=str(device), progress=False, steps=2, warmup_cache=False)
     if small:

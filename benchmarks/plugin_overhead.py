@@ -105,8 +105,8 @@ def markdown(table: dict[str, dict[str, float | int]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from entropyrl.commands.smoke_check import read_metrics
     from entropyrl.core.files import write_json
+    from entropyrl.rig.smoke.check import read_metrics
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="runs per variant (default 2)")

@@ -74,7 +74,7 @@ def cache_dirs() -> dict[str, Path]:
     return {variable: CACHE_ROOT / folder for variable, folder in CACHE_DIRS.items()}
 
 
-# --- tokenizers: built once per session in a private ENTROPYRL_CACHE (tests/local, tests/models) ---
+# --- tokenizers: built once per session in a private ENTROPYRL_CACHE (tests/rig/local, tests/models) ---
 
 
 @pytest.fixture(scope="session")
@@ -92,14 +92,14 @@ def entropyrl_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def small_tokenizer(entropyrl_cache):
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(8192)
 
 
 @pytest.fixture(scope="session")
 def full_tokenizer(entropyrl_cache):
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(None)
 
@@ -110,7 +110,7 @@ REPO = Path(__file__).resolve().parents[1]
 # A fixed folder, not the session's temporary one: the tiny warmed-up models and worlds of the
 # `--smoke` runs cost minutes to build, and their key (`SmokeSettings.asset_key`) holds a digest
 # of the code that builds them, so a folder is reused only while that code is unchanged. Runs
-# side by side build under a lock (`smoke_assets.prepare_assets`). Never under HOME.
+# side by side build under a lock (`entropyrl.rig.smoke.assets.prepare_assets`). Never under HOME.
 SMOKE_ASSET_CACHE = Path(
     os.environ.get("ENTROPYRL_TEST_ASSET_CACHE") or REPO / ".cache" / "smoke-assets"
 )
@@ -129,8 +129,8 @@ def smoke_assets(smoke_cache):
     `world/`) of that smoke, built once per content."""
 
     def assets(task: str, model: str = "") -> Path:
-        from entropyrl.commands.smoke_assets import prepare_assets
-        from entropyrl.commands.smoke_settings import default_settings
+        from entropyrl.rig.smoke.assets import prepare_assets
+        from entropyrl.rig.smoke.settings import default_settings
 
         return prepare_assets(default_settings(task, model=model), smoke_cache)
 

@@ -20,8 +20,8 @@ COMMANDS = [
     ["-m", "entropyrl.commands.merge_lora", "--help"],
     ["-m", "entropyrl.commands.evaluate", "--help"],
     ["-m", "entropyrl", "doctor", "--help"],
-    ["-m", "entropyrl.local.acceptance", "--help"],
-    ["-m", "entropyrl.local.study", "--help"],
+    ["-m", "entropyrl.rig.local.acceptance", "--help"],
+    ["-m", "entropyrl.rig.local.study", "--help"],
     ["-m", "entropyrl.commands.eval_caption", "--help"],
     ["-m", "entropyrl", "smoke", "--help"],
     ["-m", "entropyrl", "preflight", "--help"],
@@ -69,13 +69,13 @@ VERBS = {
     "entropyrl.commands.merge_lora": ["merge-lora"],
     "entropyrl.commands.eval_caption": ["eval", "caption"],
     "entropyrl.commands.evaluate": ["eval", "fc"],
-    "entropyrl.local.study": ["study"],
-    "entropyrl.local.acceptance": ["acceptance"],
+    "entropyrl.rig.local.study": ["study"],
+    "entropyrl.rig.local.acceptance": ["acceptance"],
 }
 NOT_VERBS = {
     "entropyrl.cli": "the command line itself",
     "entropyrl.commands.launch": "`entropyrl launch` itself, whose arguments are all its own",
-    "entropyrl.local.demo": "says to run `entropyrl demo`",
+    "entropyrl.rig.local.demo": "says to run `entropyrl demo`",
     "entropyrl.commands.eval_generation": "the child process of a caption evaluation",
     "entropyrl.rewards.sandbox_child": "the child process of the code sandbox",
 }

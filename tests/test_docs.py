@@ -155,8 +155,8 @@ def test_the_chair_examples_work_against_the_world_they_name(tmp_path) -> None:
     """The README's and docs/chair_service.md's requests to the quick start's world (the demo's
     default world, seed 0) name images it has, with the answer the text describes."""
     from chair_server.scorer import ChairScorer
-    from entropyrl.data.synthetic import build_synthetic_coco
-    from entropyrl.local.config import DemoConfig
+    from entropyrl.rig.local.config import DemoConfig
+    from entropyrl.rig.synthetic import build_synthetic_coco
 
     build_synthetic_coco(tmp_path, **DemoConfig().world_settings(), write_images=False)
     scorer = ChairScorer.from_coco(tmp_path, use_cache=False)

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 PARTS = {
     "tokenizer, matplotlib and torch": [
         "tests/models/test_tokenizer.py",
-        "tests/local/test_curves.py",
+        "tests/rig/local/test_curves.py",
     ],
     "verl dataset and CHAIR commands": [
         "tests/verl/test_dataset.py::test_rlhf_dataset_reads_coco_parquet_with_images",

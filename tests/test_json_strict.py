@@ -83,7 +83,7 @@ def test_write_json_writes_strict_json_atomically(tmp_path):
 
 def test_the_local_runners_metrics_log_writes_null_and_keeps_nan_in_memory(tmp_path):
     pytest.importorskip("torch")
-    from entropyrl.local.runner import MetricsLog
+    from entropyrl.rig.local.runner import MetricsLog
 
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.write("rl", 0, {"reward": 0.5, "entropy/hallucinated": NAN}, variant="egpo")
@@ -97,8 +97,8 @@ def test_the_local_runners_metrics_log_writes_null_and_keeps_nan_in_memory(tmp_p
 
 
 def test_summary_json_of_a_local_run_is_strict(tmp_path):
-    from entropyrl.local.reference import quick_start_checks
-    from entropyrl.local.report import eval_columns, eval_row, markdown_table, write_summary
+    from entropyrl.rig.local.reference import quick_start_checks
+    from entropyrl.rig.local.report import eval_columns, eval_row, markdown_table, write_summary
 
     scored = {"chair_i": 0.2, "chair_s": 0.5, "recall": 0.9, "cider": 4.0, "length": 9.0}
     unscored = {**scored, "chair_i": NAN, "chair_s": NAN, "recall": NAN, "chair_unscored": 8}
@@ -121,7 +121,7 @@ def test_summary_json_of_a_local_run_is_strict(tmp_path):
 
 def test_study_combine_reads_null_and_writes_strict_json(tmp_path):
     pytest.importorskip("matplotlib")
-    from entropyrl.local.study import combine
+    from entropyrl.rig.local.study import combine
 
     for seed in (0, 1):
         folder = tmp_path / f"s{seed}"

@@ -2,6 +2,6 @@
 launch scripts' steps (launch, preflight, smoke), the doctor, the evaluations and the LoRA merge.
 
 They may import every package below them (the plugin `entropyrl.verl`, the local runner
-`entropyrl.local`, data, evaluation, rewards, models and the core); only `entropyrl.cli`
+`entropyrl.rig.local`, data, evaluation, rewards, models and the core); only `entropyrl.cli`
 imports them.
 """

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from chair_server.options import add_options, from_args
-from entropyrl.local.config import DemoConfig
+from entropyrl.rig.local.config import DemoConfig
 
 EPILOG = """examples:
   entropyrl demo                                   warm-up + EGPO with CHAIR clip bounds
@@ -39,7 +39,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         print(f"error: {as_option(str(error))}", file=sys.stderr)
         return 2
     try:
-        from entropyrl.local.demo import main  # torch and transformers: seconds
+        from entropyrl.rig.local.demo import main  # torch and transformers: seconds
     except KeyboardInterrupt:
         print("interrupted at start-up; nothing written", file=sys.stderr)
         return 130

@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as error:
             print(f"verl: not importable ({error}); install with `pip install 'entropyrl[verl]'`")
             return 1
-        from entropyrl.verl.cpu.backend import missing_names
+        from entropyrl.rig.cpu.backend import missing_names
     print(f"verl: {verl.__version__}")
     for line in explain(messages):
         print(line)

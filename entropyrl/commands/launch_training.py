@@ -66,16 +66,18 @@ def smoke_plan(launch: Launch, task: str, config: str) -> list[str]:
     """--smoke, before anything else: the run's folder, its environment (set here, inherited by
     the trainer) and overrides, the asset folder named but not built yet."""
     from entropyrl.commands import smoke
+    from entropyrl.rig.smoke import run as smoke_run
+    from entropyrl.rig.smoke import settings as smoke_settings
 
     launch.out = str(Path(launch.out or f"runs/{config}_smoke").resolve())
     Path(launch.out).mkdir(parents=True, exist_ok=True)
     require_verl(launch)
     try:
-        settings = smoke.default_settings(
+        settings = smoke_settings.default_settings(
             task, ranks=launch.ranks, model=os.environ.get("SMOKE_MODEL", "")
         )
         out = Path(launch.out)
-        env, overrides = smoke.write_run_files(
+        env, overrides = smoke_run.write_run_files(
             settings, smoke._cache_dir(out) / settings.asset_key(), out
         )
     except Exception as error:
@@ -105,7 +107,7 @@ def train(launch: Launch, command: list[str]) -> int:
         print(shlex.join(command), flush=True)
         return 0
     if launch.smoke:
-        from entropyrl.commands.smoke import run_trainer
+        from entropyrl.rig.smoke.run import run_trainer
 
         status = run_trainer(command, Path(launch.out))
     else:

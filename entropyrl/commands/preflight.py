@@ -198,7 +198,7 @@ def model_type(model_path: str) -> str | None:
 
 
 IMAGE_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-PILLOW_DATASET = "entropyrl.verl.dataset"  # data.custom_cls that needs neither (CPU runs)
+PILLOW_DATASET = "entropyrl.rig.dataset"  # data.custom_cls that needs neither (CPU runs)
 
 
 def vision_stack_findings(config: Any) -> list[Finding]:

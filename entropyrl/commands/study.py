@@ -1,5 +1,5 @@
 """`entropyrl study` and `entropyrl acceptance`: the local runner's two studies on the command
-line (`python -m entropyrl.local.study` and `python -m entropyrl.local.acceptance`, whose parsers
+line (`python -m entropyrl.rig.local.study` and `python -m entropyrl.rig.local.acceptance`, whose parsers
 they are)."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ def register(subparsers: Any) -> None:
     add_forwarded(
         subparsers,
         "study",
-        "entropyrl.local.study",
+        "entropyrl.rig.local.study",
         "ablation of the clip schedule and the entropy guidance on the demo (CPU ok)",
     )
     add_forwarded(
         subparsers,
         "acceptance",
-        "entropyrl.local.acceptance",
+        "entropyrl.rig.local.acceptance",
         "RL against an equal-time warm-up control over several seeds (as demo --acceptance)",
     )

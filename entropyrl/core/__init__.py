@@ -1,5 +1,5 @@
 """The algorithm core: plain PyTorch functions on tensors, which the engines (verl in
-`entropyrl.verl`, the one-machine runner in `entropyrl.local`) call and never restate.
+`entropyrl.verl`, the one-machine runner in `entropyrl.rig.local`) call and never restate.
 
 - `specs`: every algorithm knob, its default written once, parsed strictly;
 - `entropy`, `_segments`: per-token entropy and the `<think>` segment masks;

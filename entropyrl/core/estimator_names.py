@@ -54,7 +54,7 @@ PER_SAMPLE_CLIP_LOSS = "per_sample_clip"
 VERL_POLICY_LOSSES: tuple[str, ...] = (PER_SAMPLE_CLIP_LOSS,)
 # `trainer.v1.trainer_mode` of the entropy-aware trainer (`entropyrl.verl.trainer`).
 VERL_TRAINER_MODE = "entropyrl"
-# The CPU wing (`entropyrl.verl.cpu`): verl's own platform override variable, the platform and
+# The CPU wing (`entropyrl.rig.cpu`): verl's own platform override variable, the platform and
 # the rollout it registers. A process loads the wing only when this variable selects it.
 VERL_PLATFORM_ENV = "VERL_PLATFORM"
 CPU_PLATFORM = "cpu"

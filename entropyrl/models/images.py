@@ -3,7 +3,7 @@
 The rules of `qwen_vl_utils.fetch_image` (which verl's dataset uses, and which imports
 torchvision): RGB, then resize so both sides are multiples of patch x merge and the pixel count
 lies in [4, 16384] x (patch x merge)^2 unless the part sets `min_pixels` / `max_pixels` /
-`resized_height` / `resized_width`. Training (`entropyrl.verl.dataset`) and the caption
+`resized_height` / `resized_width`. Training (`entropyrl.rig.dataset`) and the caption
 evaluation (`entropyrl.evaluation.generation`) both go through `fetch_image`, so a model is
 evaluated on the pixels it was trained on. Images come from local paths, `file://` paths, base64
 `data:image` URLs, raw bytes or PIL images; nothing is downloaded.

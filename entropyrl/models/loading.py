@@ -1,6 +1,6 @@
 """Models from checkpoint folders on disk (no download): the local runner's `--model PATH`, the
 caption evaluation's runs, the LoRA merge and the CPU backend's `hf` rollout. The tiny models
-built from a config are in `entropyrl.models.tiny`.
+built from a config are in `entropyrl.rig.tiny`.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class PerSampleClipPPOLoss:
         return loss, global_batch_metrics(metrics, data)
 
     def _trace(self, trace: Any, data: Any, clip_high: torch.Tensor | None) -> None:
-        """Record what this micro-batch's loss sees per sample (see `entropyrl.verl.trace`)."""
+        """Record what this micro-batch's loss sees per sample (see `entropyrl.rig.trace`)."""
         rows = trace.worker_rows(data, clip_high)
         rank = rows[0]["rank"] if rows else 0
         trace.write(f"worker-{rank}-{os.getpid()}", rows)

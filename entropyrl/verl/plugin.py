@@ -7,9 +7,9 @@ Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing 
 - the trainer `trainer.v1.trainer_mode=entropyrl`;
 - and the config checks of runs that use one of these (`entropyrl.verl.validation`).
 Only in a process that selects the CPU platform (`VERL_PLATFORM=cpu`, as the smoke and the CPU
-runs do) it also loads the CPU wing (`entropyrl.verl.cpu`): the platform `cpu`, its backend
+runs do) it also loads the CPU wing (`entropyrl.rig.cpu`): the platform `cpu`, its backend
 fixes and the rollout `actor_rollout_ref.rollout.name=hf`. A GPU run's processes import none of
-it, nor the smoke's per-sample recorder (`entropyrl.verl.trace`, loaded when
+it, nor the smoke's per-sample recorder (`entropyrl.rig.trace`, loaded when
 `ENTROPYRL_TRACE_DIR` asks for it).
 verl logs plugin import errors at DEBUG level only, so `check_registrations()` verifies the
 registries and `entropyrl doctor` reports them.
@@ -28,13 +28,13 @@ from entropyrl.core.estimator_names import (
     cpu_selected,
 )
 from entropyrl.core.estimator_names import VERL_ESTIMATORS as ESTIMATORS
-from entropyrl.verl import validation
+from entropyrl.verl import extensions, validation
 
 CPU_RUN = cpu_selected()
 if CPU_RUN:
     # The platform before the registering modules: verl's FSDP engine module asks for it on
     # import, and the trainer imports it.
-    from entropyrl.verl.cpu import platform as cpu_platform  # noqa: F401
+    extensions.load(extensions.CPU_BACKEND)()
 
 # Names, not module attributes: a process whose first import is one of our verl modules (a Ray
 # actor unpickling the rollout server, say) reaches this file while that module is still
@@ -50,11 +50,6 @@ _MODULES = {
     "trainers": "entropyrl.verl.trainer",
 }
 
-if CPU_RUN:
-    from entropyrl.verl.cpu import backend as cpu_backend
-
-    cpu_backend.install()
-    cpu_backend.register_hf_rollout()
 validation.install()
 
 

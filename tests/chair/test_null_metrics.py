@@ -1,5 +1,5 @@
 """A corpus metric over nothing is null, not 0.0 (which reads as a perfect score): the scorer,
-the service over real HTTP and the evaluate command (the demo summary: tests/local). What the
+the service over real HTTP and the evaluate command (the demo summary: tests/rig/local). What the
 service and the command write is strict JSON: never NaN or Infinity, which jq and JavaScript
 reject (tests/test_json_strict.py: the rest of the project)."""
 

@@ -10,7 +10,7 @@ import pytest
 def test_demo_options_mirror_the_config_and_reject_bad_values():
     from chair_server.options import from_args
     from entropyrl.commands.demo import register
-    from entropyrl.local.config import DemoConfig
+    from entropyrl.rig.local.config import DemoConfig
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))

@@ -28,8 +28,8 @@ def test_an_estimator_is_defined_once():
 
 
 def test_every_reader_uses_the_names():
-    from entropyrl.commands import smoke_check
-    from entropyrl.local import config
+    from entropyrl.rig.local import config
+    from entropyrl.rig.smoke import check as smoke_check
 
     assert tuple(ESTIMATORS) == config.ADV_ESTIMATORS
     assert set(smoke_check.ENTROPY_ESTIMATORS) <= set(ESTIMATORS)

@@ -233,7 +233,7 @@ def test_the_hash_split_keeps_val2014_out_of_training_and_says_so(coco_dirs, tmp
 
 def test_the_synthetic_world_keeps_its_splits(tmp_path):
     """The smoke's call (val_size + test_size = every val2014 image): nothing moves."""
-    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.rig.synthetic import build_synthetic_coco
 
     world = build_synthetic_coco(tmp_path / "world", num_train=5, num_test=6, image_size=56)
     summary = prepare_coco(world.root, world.root, tmp_path / "data", val_size=3, test_size=3)

@@ -211,7 +211,7 @@ def test_outputs_are_atomic(xlam_file, tmp_path, monkeypatch):
 def test_verl_reads_the_parquet(xlam_file, tmp_path):
     """verl's own RLHFDataset loads the rows with the project's offline Qwen tokenizer."""
     rl_dataset = pytest.importorskip("verl.utils.dataset.rl_dataset")
-    tokenizer_module = pytest.importorskip("entropyrl.models.tokenizer")
+    tokenizer_module = pytest.importorskip("entropyrl.rig.tokenizer")
     from omegaconf import OmegaConf
 
     prepare_function_calling(xlam_file, tmp_path / "out", fmt="xlam", max_samples=6, test_size=0)

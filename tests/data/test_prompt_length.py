@@ -26,8 +26,8 @@ SIZES = [(640, 480), (97, 33), (1000, 250)]  # COCO's usual, under the minimum, 
 
 
 def processor_folder(folder: Path, arch: str, real_limits: bool) -> Path:
-    from entropyrl.commands.smoke_assets import IMAGE_PROCESSORS
-    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.rig.smoke.assets import IMAGE_PROCESSORS
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     tokenizer = build_qwen_tokenizer(num_ranks=1024)
     settings = IMAGE_PROCESSORS.get(arch, {})
@@ -60,14 +60,14 @@ def model_dir(request, tmp_path_factory) -> Path:
 def verl_dataset(model_dir, tmp_path_factory):
     """verl's dataset (our Pillow subclass of it) over one caption row per size, unfiltered;
     `keeps(row, limit)` runs verl's own `filter_overlong_prompts` on that row at that limit."""
-    from entropyrl.verl.cpu import backend as cpu_backend
+    from entropyrl.rig.cpu import backend as cpu_backend
 
     cpu_backend.install()  # the processor without torchvision, as in a smoke run
 
     from verl.utils import hf_tokenizer
     from verl.workers.config.model import hf_processor
 
-    from entropyrl.verl.dataset import PillowRLHFDataset
+    from entropyrl.rig.dataset import PillowRLHFDataset
 
     folder = tmp_path_factory.mktemp("rows")
     rows = []
@@ -144,7 +144,7 @@ def test_the_messages_are_verls():
 def coco_data(tmp_path_factory) -> Path:
     """`entropyrl prepare coco` on a synthetic world of 112 px images."""
     from entropyrl.data.coco import prepare_coco
-    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.rig.synthetic import build_synthetic_coco
 
     root = tmp_path_factory.mktemp("coco")
     world = build_synthetic_coco(root / "world", num_train=6, num_test=2, image_size=112)

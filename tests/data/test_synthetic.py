@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from entropyrl.data.synthetic import (
+from entropyrl.rig.synthetic import (
     CATEGORIES,
     PARTNERS,
     TEMPLATES,

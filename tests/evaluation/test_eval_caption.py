@@ -56,7 +56,7 @@ ORIGINAL_PARSER = ORIGINAL.OriginalChair(vocabulary.SINGULAR_EXCEPTIONS)
 # --- the second model -------------------------------------------------------------------------
 
 # POPE questions the fine-tuned model learns to answer "yes" to, whatever the image: one of each
-# of the world's partner pairs (entropyrl.data.synthetic.PARTNERS), so it says yes to dog, no to
+# of the world's partner pairs (entropyrl.rig.synthetic.PARTNERS), so it says yes to dog, no to
 # cat. An object prior is what POPE measures, and a tiny model learns it in a few dozen steps;
 # taught the image's truth instead, it answered every held-out question "no" after as many.
 PRIOR_YES = frozenset({"car", "bird", "dog", "cup"})
@@ -106,12 +106,12 @@ def fine_tune(base: Path, world: Path, prompt: str, out: Path, *, steps: int, se
     captioner, which is what a paired comparison needs."""
     import torch
 
-    from entropyrl.data.synthetic import CATEGORIES
     from entropyrl.evaluation.pope import pope_question_text
-    from entropyrl.local.rl import supervised_step
     from entropyrl.models.loading import load_model
     from entropyrl.models.processor import load_image_only_processor
-    from entropyrl.models.tiny import seed_everything
+    from entropyrl.rig.local.rl import supervised_step
+    from entropyrl.rig.synthetic import CATEGORIES
+    from entropyrl.rig.tiny import seed_everything
 
     train = train_images(world)
     warmup = {

@@ -144,8 +144,8 @@ class TinyFolder:
 def tiny_folder(tmp_path_factory) -> TinyFolder:
     """A random tiny Qwen2.5-VL saved as a checkpoint folder (weights, tokenizer, image
     processor), with Qwen's sampling settings planted."""
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
-    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     root = tmp_path_factory.mktemp("generation")
     tokenizer = build_qwen_tokenizer(8192)

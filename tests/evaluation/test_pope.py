@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entropyrl.data.io import InputFileError
-from entropyrl.data.synthetic import build_synthetic_coco
 from entropyrl.evaluation.pope import (
     POPE_SETTINGS,
     POPE_SHA256,
@@ -29,6 +28,7 @@ from entropyrl.evaluation.pope import (
     released_set_problems,
     verify_checksum,
 )
+from entropyrl.rig.synthetic import build_synthetic_coco
 
 # Image 5 has two objects only: never eligible. First-seen category order over images 1-4:
 # dog, person, frisbee, car, bus, traffic light, cat, couch.

@@ -55,7 +55,7 @@ def test_a_list_with_unprepared_images_is_refused():
 
 def test_read_split_reads_prepared_rows(tmp_path):
     from entropyrl.data.coco import prepare_coco
-    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.rig.synthetic import build_synthetic_coco
 
     world = build_synthetic_coco(tmp_path / "world", num_train=6, num_test=6, image_size=56)
     prepare_coco(world.root, world.root, tmp_path / "data", val_size=2, test_size=4)

@@ -11,8 +11,8 @@ from entropyrl.models.loading import load_model, load_pretrained, pick_device
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     tokenizer = build_qwen_tokenizer(2048)
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1), seed=3)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entropyrl.models.tokenizer import (
+from entropyrl.rig.tokenizer import (
     QWEN2VL_SPECIAL_TOKENS,
     QWEN_FULL_RANKS,
     QWEN_PRETOKENIZE_REGEX,

@@ -247,7 +247,7 @@ def test_values_equal():
 
 def test_tags_survive_qwen_decoding():
     """<tool_call> and <think> are ordinary text for the project's Qwen tokenizer."""
-    tokenizer_module = pytest.importorskip("entropyrl.models.tokenizer")
+    tokenizer_module = pytest.importorskip("entropyrl.rig.tokenizer")
     try:
         tokenizer = tokenizer_module.build_qwen_tokenizer(8192)
     except Exception as error:  # the tokenizer build has its own tests

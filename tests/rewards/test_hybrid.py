@@ -197,7 +197,7 @@ def test_sandbox_fusion_backend_needs_a_url_and_survives_a_dead_service():
 # ---------------------------------------------------------------------------- token ids
 @pytest.fixture(scope="module")
 def tokenizer_path(tmp_path_factory):
-    module = pytest.importorskip("entropyrl.models.tokenizer")
+    module = pytest.importorskip("entropyrl.rig.tokenizer")
     tokenizer = module.build_qwen_tokenizer(num_ranks=8192)
     path = tmp_path_factory.mktemp("tokenizer")
     tokenizer.save_pretrained(str(path))

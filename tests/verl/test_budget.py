@@ -23,7 +23,7 @@ REAL_SIZES = [(640, 480), (500, 375), (427, 640), (97, 33)]
 def processor():
     """A Qwen2.5-VL image processor at the real model's pixel limits (4..16384 merged
     patches of 28 px), Pillow only."""
-    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     processor = build_qwen2vl_processor(build_qwen_tokenizer(num_ranks=1024), image_size=112)
     processor.image_processor.size = {"shortest_edge": 4 * 28**2, "longest_edge": 16384 * 28**2}
@@ -82,8 +82,8 @@ def test_the_steps_are_verls(compose, tmp_path):
 
 
 def test_the_parameters_of_a_model_folder(tmp_path):
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     model = build_tiny_qwen2_5_vl(build_qwen_tokenizer(num_ranks=1024), TinyModelConfig())
     model.save_pretrained(tmp_path)
@@ -93,7 +93,7 @@ def test_the_parameters_of_a_model_folder(tmp_path):
 def test_the_dry_run_prints_the_budget(repo_root, tmp_path):
     """The preflight's dry run on prepared data and a model folder."""
     from entropyrl.data.coco import prepare_coco
-    from entropyrl.data.synthetic import build_synthetic_coco
+    from entropyrl.rig.synthetic import build_synthetic_coco
 
     world = build_synthetic_coco(tmp_path / "world", num_train=6, num_test=2, image_size=112)
     data = tmp_path / "data"

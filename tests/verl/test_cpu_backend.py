@@ -73,7 +73,7 @@ def probe(first_import: str, platform: str | None) -> dict:
 
 
 @pytest.mark.parametrize(
-    "first_import", ["verl", "entropyrl.verl.cpu.hf_rollout", "entropyrl.verl.trainer"]
+    "first_import", ["verl", "entropyrl.rig.cpu.hf_rollout", "entropyrl.verl.trainer"]
 )
 def test_cpu_platform_and_fixes_whatever_is_imported_first(first_import):
     """A Ray actor's first import can be one of our modules (unpickling the rollout server)."""
@@ -107,16 +107,16 @@ def importlib_missing(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(num_ranks=8192)
 
 
 @pytest.fixture(scope="module")
 def vl_checkpoint(tmp_path_factory, tokenizer):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2vl
-    from entropyrl.models.tokenizer import build_qwen2vl_processor
+    from entropyrl.rig.smoke.assets import _save_checkpoint
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2vl
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor
 
     folder = tmp_path_factory.mktemp("vl") / "model"
     model = build_tiny_qwen2vl(tokenizer, TinyModelConfig(hidden_size=64), seed=1)
@@ -126,8 +126,8 @@ def vl_checkpoint(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def text_checkpoint(tmp_path_factory, tokenizer):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.rig.smoke.assets import _save_checkpoint
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2
 
     folder = tmp_path_factory.mktemp("text") / "model"
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=2)
@@ -137,7 +137,7 @@ def text_checkpoint(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def cpu_fixes():
-    from entropyrl.verl.cpu import backend as cpu_backend
+    from entropyrl.rig.cpu import backend as cpu_backend
 
     cpu_backend.install()
 
@@ -171,7 +171,7 @@ def test_text_checkpoint_gets_no_processor(text_checkpoint, cpu_fixes):
 def make_server(compose, checkpoint, **rollout):
     from omegaconf import OmegaConf
 
-    from entropyrl.verl.cpu.hf_rollout import HFRolloutServer
+    from entropyrl.rig.cpu.hf_rollout import HFRolloutServer
 
     overrides = [
         f"actor_rollout_ref.model.path={checkpoint}",
@@ -357,9 +357,9 @@ def test_video_prompts_are_refused(compose, text_checkpoint):
 
 @pytest.fixture(scope="module")
 def vl25_checkpoint(tmp_path_factory, tokenizer):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
-    from entropyrl.models.tokenizer import build_qwen2vl_processor
+    from entropyrl.rig.smoke.assets import _save_checkpoint
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2_5_vl
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor
 
     folder = tmp_path_factory.mktemp("vl25") / "model"
     model = build_tiny_qwen2_5_vl(tokenizer, TinyModelConfig(hidden_size=64), seed=3)
@@ -394,7 +394,7 @@ def _reference_attention(q, k, v, lengths, causal=True):
 
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_varlen_attention_keeps_packed_sequences_apart(kv_heads):
-    from entropyrl.verl.cpu.backend import varlen_attention
+    from entropyrl.rig.cpu.backend import varlen_attention
 
     torch.manual_seed(0)
     lengths = [5, 1, 9, 3]
@@ -414,7 +414,7 @@ def test_varlen_attention_keeps_packed_sequences_apart(kv_heads):
 
 
 def test_padded_attention_is_causal_within_the_valid_part_of_each_row():
-    from entropyrl.verl.cpu.backend import padded_attention
+    from entropyrl.rig.cpu.backend import padded_attention
 
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 6, 4, 8) for _ in range(3))

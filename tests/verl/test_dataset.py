@@ -21,7 +21,7 @@ TRAIN_IDS, VAL_IDS = (1, 2, 3), (11, 12, 13, 14)
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    module = pytest.importorskip("entropyrl.models.tokenizer")
+    module = pytest.importorskip("entropyrl.rig.tokenizer")
     return module.build_qwen_tokenizer(num_ranks=8192)
 
 
@@ -134,7 +134,7 @@ def test_rlhf_dataset_reads_fc_parquet(compose, tokenizer, fc_parquet, tmp_path)
 def test_rlhf_dataset_reads_coco_parquet_with_images(compose, tokenizer, coco_parquet, tmp_path):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    module = pytest.importorskip("entropyrl.models.tokenizer")
+    module = pytest.importorskip("entropyrl.rig.tokenizer")
     processor = module.build_qwen2vl_processor(tokenizer, image_size=112)
     config = data_config(compose, "chair_mscoco", tmp_path, filter_overlong_prompts=False)
     dataset = RLHFDataset(
@@ -168,7 +168,7 @@ def test_rlhf_dataset_multimodal_filter(
     qwen_vl_utils loaded without torchvision (its image path does not use it)."""
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    module = pytest.importorskip("entropyrl.models.tokenizer")
+    module = pytest.importorskip("entropyrl.rig.tokenizer")
     processor = module.build_qwen2vl_processor(tokenizer, image_size=112)
     config = data_config(compose, "chair_mscoco", tmp_path)
     dataset = RLHFDataset(

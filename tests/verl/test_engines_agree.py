@@ -1,5 +1,5 @@
 """Both engines give the advantages and clip bounds that the formulas written out in the smoke
-check (`entropyrl.commands.smoke_check`, independent of `entropyrl.core.advantages`,
+check (`entropyrl.rig.smoke.check`, independent of `entropyrl.core.advantages`,
 `entropyrl.core.clip_schedules` and verl) give for the same spec and inputs.
 
 verl path: the trainer's input builder (`hooks.build_step`) and verl's own
@@ -21,10 +21,10 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import entropyrl.verl.plugin  # noqa: F401  (registers the estimators)
-from entropyrl.commands.smoke_check import clip_rule, expected_advantages
 from entropyrl.core.algorithms import ESTIMATORS
 from entropyrl.core.specs import PpoClipSpec, algorithm_specs
-from entropyrl.local.rl import RLSettings, compute_advantages, sample_clip_high
+from entropyrl.rig.local.rl import RLSettings, compute_advantages, sample_clip_high
+from entropyrl.rig.smoke.check import clip_rule, expected_advantages
 from entropyrl.verl.hooks import build_step, clip_high_from_chair
 from entropyrl.verl.inputs import with_step
 

@@ -11,23 +11,23 @@ import random
 import pytest
 from PIL import Image
 
-from entropyrl.verl.cpu import hf_rollout
-from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, ReplayStore, prompt_key, read_recording
+from entropyrl.rig.cpu import hf_rollout
+from entropyrl.rig.cpu.hf_rollout import RECORD_ENV, ReplayStore, prompt_key, read_recording
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(num_ranks=8192)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tokenizer):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.rig.smoke.assets import _save_checkpoint
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2
 
     folder = tmp_path_factory.mktemp("text") / "model"
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=2)

@@ -150,7 +150,7 @@ def test_the_book_counts_repeats_and_keeps_few_examples() -> None:
 
 
 def test_the_smoke_shows_the_stop_line_last_without_rays_prefix() -> None:
-    from entropyrl.commands.smoke import stop_lines
+    from entropyrl.rig.smoke.run import stop_lines
 
     log = [
         "\x1b[36m(TaskRunnerV1 pid=25763)\x1b[0m entropyrl: warning: step 1: 1 of 20 samples lost",

@@ -10,8 +10,8 @@ import sys
 import torch
 
 from entropyrl.commands.merge_lora import merge_lora
-from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen3
-from entropyrl.models.tokenizer import build_qwen_tokenizer
+from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen3
+from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
 
 def test_the_merged_model_is_base_plus_adapter(tmp_path):

@@ -24,7 +24,7 @@ CONFIG = "egpo_ratio_mixed"
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    module = pytest.importorskip("entropyrl.models.tokenizer")
+    module = pytest.importorskip("entropyrl.rig.tokenizer")
     return module.build_qwen_tokenizer(num_ranks=8192)
 
 

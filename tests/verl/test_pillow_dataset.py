@@ -10,7 +10,7 @@ import json
 import pytest
 from PIL import Image
 
-from entropyrl.verl.dataset import PillowRLHFDataset, fetch_image, smart_resize
+from entropyrl.rig.dataset import PillowRLHFDataset, fetch_image, smart_resize
 
 
 @pytest.mark.parametrize(
@@ -78,8 +78,8 @@ def test_text_prompt_has_no_images():
 def test_reads_prepare_coco_parquet_like_the_agent_loop(compose, tmp_path):
     """The rows of `entropyrl prepare coco` through verl's dataset and the agent loop's call."""
     from entropyrl.data.coco import prepare_coco
-    from entropyrl.data.synthetic import build_synthetic_coco
-    from entropyrl.models.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.rig.synthetic import build_synthetic_coco
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
 
     world = build_synthetic_coco(tmp_path / "world", num_train=6, num_test=2, image_size=112)
     prepare_coco(world.root, world.root, tmp_path / "data", val_size=1, test_size=1)

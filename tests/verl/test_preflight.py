@@ -184,7 +184,7 @@ def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_util
         "chair_mscoco",
         [
             f"actor_rollout_ref.model.path={model}",
-            "data.custom_cls.path=pkg://entropyrl.verl.dataset",
+            "data.custom_cls.path=pkg://entropyrl.rig.dataset",
             "data.custom_cls.name=PillowRLHFDataset",
         ],
     )

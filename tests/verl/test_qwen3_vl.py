@@ -23,29 +23,29 @@ SIDE = 128  # 8 x 8 patches of 16 px, 16 image tokens: the smoke's images for Qw
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(num_ranks=8192)
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen3_vl
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen3_vl
 
     return build_tiny_qwen3_vl(tokenizer, TinyModelConfig(hidden_size=64), seed=4).eval()
 
 
 @pytest.fixture(scope="module")
 def processor(tokenizer):
-    from entropyrl.commands.smoke_assets import IMAGE_PROCESSORS
-    from entropyrl.models.tokenizer import build_qwen2vl_processor
+    from entropyrl.rig.smoke.assets import IMAGE_PROCESSORS
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor
 
     return build_qwen2vl_processor(tokenizer, image_size=SIDE, **IMAGE_PROCESSORS["qwen3_vl"])
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, model, tokenizer, processor):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
+    from entropyrl.rig.smoke.assets import _save_checkpoint
 
     folder = tmp_path_factory.mktemp("qwen3_vl") / "model"
     _save_checkpoint(model, tokenizer, processor, folder)
@@ -54,7 +54,7 @@ def checkpoint(tmp_path_factory, model, tokenizer, processor):
 
 @pytest.fixture(scope="module")
 def cpu_fixes():
-    from entropyrl.verl.cpu import backend as cpu_backend
+    from entropyrl.rig.cpu import backend as cpu_backend
 
     cpu_backend.install()
 
@@ -75,7 +75,7 @@ def caption_prompt(processor) -> str:
 def test_tiny_qwen3_vl_has_qwen3_vls_architecture(model, tokenizer):
     from transformers import Qwen3VLForConditionalGeneration
 
-    from entropyrl.models.tiny import PatchProjection
+    from entropyrl.rig.tiny import PatchProjection
 
     config = model.config
     assert isinstance(model, Qwen3VLForConditionalGeneration) and config.model_type == "qwen3_vl"
@@ -99,8 +99,8 @@ def test_tiny_qwen3_vl_has_qwen3_vls_architecture(model, tokenizer):
 
 
 def test_smoke_assets_know_qwen3_vl():
-    from entropyrl.commands.smoke import SmokeSettings
-    from entropyrl.commands.smoke_assets import MODELS, caption_image_size
+    from entropyrl.rig.smoke.assets import MODELS, caption_image_size
+    from entropyrl.rig.smoke.settings import SmokeSettings
 
     assert MODELS["qwen3_vl"] == "build_tiny_qwen3_vl"
     assert caption_image_size(SmokeSettings(task="caption", model="qwen3_vl")) == SIDE
@@ -181,7 +181,7 @@ def test_hf_rollout_generates_on_an_image(compose, checkpoint, cpu_fixes, tokeni
     again with a plain forward, `mm_token_type_ids` marking the image), no vision tokens."""
     from omegaconf import OmegaConf
 
-    from entropyrl.verl.cpu.hf_rollout import HFRolloutServer
+    from entropyrl.rig.cpu.hf_rollout import HFRolloutServer
 
     overrides = [
         f"actor_rollout_ref.model.path={checkpoint}",
@@ -306,10 +306,10 @@ def test_caption_warm_up_trains_qwen3_vl(tokenizer, processor, tmp_path):
     the loss on a fixed batch."""
     import random
 
-    from entropyrl.data.synthetic import build_synthetic_coco
-    from entropyrl.local.captioning import CaptionTask
-    from entropyrl.local.rl import supervised_step
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen3_vl
+    from entropyrl.rig.local.captioning import CaptionTask
+    from entropyrl.rig.local.rl import supervised_step
+    from entropyrl.rig.synthetic import build_synthetic_coco
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen3_vl
 
     world = build_synthetic_coco(tmp_path / "world", num_train=8, num_test=2, image_size=SIDE)
     model = build_tiny_qwen3_vl(tokenizer, TinyModelConfig(hidden_size=64), seed=5)

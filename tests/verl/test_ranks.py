@@ -24,7 +24,7 @@ the update (log-probs and entropies by up to 1.5e-5 relative, observed), which w
 this comparison looks for; Qwen3-VL trains in the LoRA captioning smoke (tests/verl/conftest.py).
 Several mini-batches per step are the 1-rank smokes' default (tests/verl/test_smoke.py); every
 smoke's own check matches each row that reached the loss to the driver's sample, whatever
-mini-batch, rank and position it got (`entropyrl.commands.smoke_check.check_loss_inputs`).
+mini-batch, rank and position it got (`entropyrl.rig.smoke.check.check_loss_inputs`).
 
 Tolerances (float32, as observed on this batch, with margin): before the first update both
 layouts compute each sample's old log-probs, entropies, advantages and bound from the same
@@ -51,16 +51,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from entropyrl.commands import smoke
-from entropyrl.commands.smoke_check import read_metrics
 from entropyrl.core.clip_schedules import clip_high_bounds
 from entropyrl.core.specs import ClipScheduleSpec
-from entropyrl.verl import trace
-from entropyrl.verl.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
+from entropyrl.rig import trace
+from entropyrl.rig.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
+from entropyrl.rig.smoke import settings as smoke_settings
+from entropyrl.rig.smoke.check import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ranks")]  # the pair, made in one worker
 RUN_TIMEOUT = 1800
-SETTINGS = smoke.default_settings("caption", ranks=2)
+SETTINGS = smoke_settings.default_settings("caption", ranks=2)
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 PAIR_PROMPTS = 4  # prompts per step of the 1-vs-2 pair: one mini-batch, 20 rows
 SAME_BATCH = (

@@ -14,7 +14,7 @@ These are the end-to-end evidence for the verl path; each run is made once per t
   through real verl), and a run that shows the fall-backs (no entropy: plain GRPO; CHAIR service
   down: the neutral bound);
 - in tests/verl/test_ranks.py: two ranks against one (`maxent_grpo`, the reference's log-probs).
-Every run's own check (`entropyrl.commands.smoke_check`) recomputes every step's advantages,
+Every run's own check (`entropyrl.rig.smoke.check`) recomputes every step's advantages,
 rewards and bounds from the trace, matches what reached the loss to its sample and proves the
 weight sync; tests/verl/test_smoke_check.py
 feeds it these runs with planted faults. Each run's config differs from the recipe's only in the
@@ -35,9 +35,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entropyrl.commands import smoke
-from entropyrl.commands.smoke_check import clip_rule, is_training_row, read_metrics
-from entropyrl.verl import trace
+from entropyrl.rig import trace
+from entropyrl.rig.smoke import settings as smoke_settings
+from entropyrl.rig.smoke.check import clip_rule, is_training_row, read_metrics
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def generate_caption(model_path: Path, processor_path: Path, image: Path) -> str
     from PIL import Image
     from transformers import AutoModelForImageTextToText
 
-    from entropyrl.verl.cpu.backend import load_image_only_processor
+    from entropyrl.rig.cpu.backend import load_image_only_processor
 
     model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
     processor = load_image_only_processor(str(processor_path))
@@ -399,7 +399,7 @@ def test_the_fallbacks_in_a_real_run(smoke_runs):
     (CHAIR_OPTIONAL=1) -> every sample gets the neutral bound and counts as a fallback. The
     run's own check recomputes both from the trace."""
     out = smoke_runs("fallbacks").out
-    settings = smoke.default_settings("caption")
+    settings = smoke_settings.default_settings("caption")
     samples = settings.prompts_per_step * settings.rollouts_per_prompt
     rows = training_rows(out)
     assert [row["step"] for row in rows] == [1, 2]
@@ -421,7 +421,7 @@ def test_a_reward_call_that_raises_is_counted_named_and_within_the_limit_trained
     sample lost, names the cause the reward reported, and, 1 of 20 being within the run's limit
     (algorithm.lost_samples.max_fraction=0.1), trains on the 19 that arrived."""
     out = smoke_runs("fallbacks").out
-    settings = smoke.default_settings("caption")
+    settings = smoke_settings.default_settings("caption")
     samples = settings.prompts_per_step * settings.rollouts_per_prompt
     counts = [
         {name: row["data"][name] for name in ("rollout/lost_samples", "rollout/reward_failures")}

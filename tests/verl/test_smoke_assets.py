@@ -14,8 +14,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from entropyrl.commands import preflight, smoke_assets
-from entropyrl.commands.smoke_settings import CONFIG_NAMES, default_settings
+from entropyrl.commands import preflight
+from entropyrl.rig.smoke import assets as smoke_assets
+from entropyrl.rig.smoke.settings import CONFIG_NAMES, default_settings
 
 ROWS_PER_SOURCE = 3  # the mixed set runs each code row's tests in a sandbox: a few suffice
 # the data sources each smoke's set holds (the mixed set: math and code)

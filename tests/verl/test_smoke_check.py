@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from entropyrl.commands.smoke_check import (
+from entropyrl.rig import trace
+from entropyrl.rig.smoke.check import (
     LOSS_MODES,
     check_metrics,
     check_sample_counts,
@@ -35,7 +36,6 @@ from entropyrl.commands.smoke_check import (
     grpo_reference,
     read_metrics,
 )
-from entropyrl.verl import trace
 
 pytestmark = pytest.mark.slow
 

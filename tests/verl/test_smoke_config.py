@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from entropyrl.commands import preflight, smoke
+from entropyrl.commands import preflight
+from entropyrl.rig.smoke import run as smoke_run
+from entropyrl.rig.smoke import settings as smoke_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,13 +34,15 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def allowed(key: str) -> bool:
-    return any(key == name or key.startswith(name + ".") for name in smoke.ALLOWED_DIFFERENCES)
+    return any(
+        key == name or key.startswith(name + ".") for name in smoke_settings.ALLOWED_DIFFERENCES
+    )
 
 
 def recipe_config(task: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The recipe's own config, resolved, for its documented 1 node x 8 GPUs (with the user's
     `overrides`, e.g. the LoRA switch, which a smoke and a GPU run both get)."""
-    config = preflight.compose_recipe(smoke.CONFIG_NAMES[task], list(overrides))
+    config = preflight.compose_recipe(smoke_settings.CONFIG_NAMES[task], list(overrides))
     assert config.trainer.nnodes == 1 and config.trainer.n_gpus_per_node == 8
     return flatten(OmegaConf.to_container(config, resolve=True))
 
@@ -59,22 +63,26 @@ def assert_only_allowed_differences(
     assert [key for key in found if not allowed(key)] == []
 
 
-@pytest.mark.parametrize("task", smoke.TASKS)
+@pytest.mark.parametrize("task", smoke_settings.TASKS)
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_the_smoke_config_is_the_recipe_but_for_the_allowed_keys(task, ranks, tmp_path):
-    settings = smoke.default_settings(task, ranks=ranks)
+    settings = smoke_settings.default_settings(task, ranks=ranks)
     config = preflight.compose_recipe(
-        smoke.CONFIG_NAMES[task], smoke.run_overrides(settings, tmp_path / "assets", tmp_path)
+        smoke_settings.CONFIG_NAMES[task],
+        smoke_run.run_overrides(settings, tmp_path / "assets", tmp_path),
     )
     assert_only_allowed_differences(config, task)
     # and every allowed key is one a smoke changes (no stale entries in the list)
     found = differences(config, task)
     changed = {
         name
-        for name in smoke.ALLOWED_DIFFERENCES
+        for name in smoke_settings.ALLOWED_DIFFERENCES
         if any(k == name or k.startswith(name + ".") for k in found)
     }
-    assert changed == set(smoke.ALLOWED_DIFFERENCES) - NOT_CHANGED_BY_DEFAULT[task] - AT_RUN_TIME
+    assert (
+        changed
+        == set(smoke_settings.ALLOWED_DIFFERENCES) - NOT_CHANGED_BY_DEFAULT[task] - AT_RUN_TIME
+    )
 
 
 # Keys a smoke run's written config differs in that the composed one does not: verl sets them.
@@ -106,16 +114,17 @@ NOT_CHANGED_BY_DEFAULT = {
 }
 
 
-@pytest.mark.parametrize("task", smoke.TASKS)
+@pytest.mark.parametrize("task", smoke_settings.TASKS)
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_the_smoke_keeps_the_recipes_shape(task, ranks, tmp_path):
     from entropyrl.verl.geometry import batch_geometry, geometry_problems
 
-    settings = smoke.default_settings(task, ranks=ranks)
+    settings = smoke_settings.default_settings(task, ranks=ranks)
     config = preflight.compose_recipe(
-        smoke.CONFIG_NAMES[task], smoke.run_overrides(settings, tmp_path / "assets", tmp_path)
+        smoke_settings.CONFIG_NAMES[task],
+        smoke_run.run_overrides(settings, tmp_path / "assets", tmp_path),
     )
-    recipe = preflight.compose_recipe(smoke.CONFIG_NAMES[task], [])
+    recipe = preflight.compose_recipe(smoke_settings.CONFIG_NAMES[task], [])
     assert config.actor_rollout_ref.rollout.n == recipe.actor_rollout_ref.rollout.n
     assert (
         config.actor_rollout_ref.actor.use_dynamic_bsz
@@ -136,5 +145,5 @@ def test_the_smoke_keeps_the_recipes_shape(task, ranks, tmp_path):
 
 def test_the_readme_lists_every_allowed_difference():
     readme = (REPO / "docs" / "smoke.md").read_text()
-    missing = [name for name in smoke.ALLOWED_DIFFERENCES if f"`{name}`" not in readme]
+    missing = [name for name in smoke_settings.ALLOWED_DIFFERENCES if f"`{name}`" not in readme]
     assert missing == []

@@ -11,9 +11,9 @@ import asyncio
 import pytest
 import torch
 
-from entropyrl.commands.smoke_check import check_weight_sync
-from entropyrl.verl import trace
-from entropyrl.verl.cpu import hf_rollout
+from entropyrl.rig import trace
+from entropyrl.rig.cpu import hf_rollout
+from entropyrl.rig.smoke.check import check_weight_sync
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
 # what one AdamW step at lr 1e-6 does to an fp32 weight: every element moves by about lr
@@ -22,15 +22,15 @@ NUDGE = 1e-6
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from entropyrl.models.tokenizer import build_qwen_tokenizer
+    from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(num_ranks=8192)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tokenizer):
-    from entropyrl.commands.smoke_assets import _save_checkpoint
-    from entropyrl.models.tiny import TinyModelConfig, build_tiny_qwen2
+    from entropyrl.rig.smoke.assets import _save_checkpoint
+    from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2
 
     folder = tmp_path_factory.mktemp("probe") / "model"
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(hidden_size=64), seed=3)
