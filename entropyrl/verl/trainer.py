@@ -73,7 +73,7 @@ from entropyrl.verl.lost_samples import (
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
-from entropyrl.verl.validation import schedule_loss_problem
+from entropyrl.verl.validation import schedule_bound_problem, schedule_loss_problem
 
 TRAINER_MODE = VERL_TRAINER_MODE
 # Where to write the fully resolved config this run trains with (a reproducibility record).
@@ -324,7 +324,9 @@ class EntropyPPOTrainer(PPOTrainerSync):
         loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
         schedule = self.specs.clip_schedule.enable
         # checked before Ray by the config validation; again here for a run started another way
-        problem = schedule_loss_problem(schedule, loss_mode)
+        problem = schedule_loss_problem(schedule, loss_mode) or schedule_bound_problem(
+            self.specs.clip_schedule, actor.get("clip_ratio_high")
+        )
         if problem:
             raise ValueError(problem)
         if schedule or loss_mode == LOSS_NAME:
@@ -394,7 +396,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         valid: torch.Tensor,
         extra_fields: list[Any] | None,
     ) -> None:
-        """Record what this step computed per sample (`entropyrl.verl.trace`)."""
+        """Record what this step computed per sample (`entropyrl.rig.trace`)."""
         names = ["advantages", "uid", "rm_scores", *_available(batch, ("index",))]
         got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
         index = got.get("index", None)

@@ -16,9 +16,11 @@ log-prob passes have run:
   not know (e.g. `egpo-ratio`), with the registered ones; a `policy_loss.loss_mode` that
   contradicts the clip schedule's switch (`algorithm.clip_schedule.enable=true` runs the
   `per_sample_clip` loss: only that name or verl's default `vanilla` agree with it); a
-  training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
+  an `actor.clip_ratio_high` the schedule would leave unread (a value other than the schedule's
+  `low` or verl's default); a training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
   its response (`entropyrl.verl.prompt_bound`);
+- with verl's own trainer, `algorithm.clip_schedule.enable=true`, which that trainer ignores;
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
   continue (`entropyrl.verl.checkpoints`); a run whose checkpoint is already at its last step
   says there is nothing left to do and exits 0.
@@ -69,8 +71,8 @@ def config_problems(
     problems += geometry_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
-    if not uses_our_trainer(config):  # verl's own runs: only what verl itself would refuse
-        return problems
+    if not uses_our_trainer(config):  # verl's own trainer: only what verl itself would refuse
+        return problems + trainer_problems(config)
     from entropyrl.verl.prompt_bound import prompt_bound
 
     problems = registry_problems(config) + problems + clip_schedule_problems(config)
@@ -106,24 +108,81 @@ def clip_schedule_problems(config: Any) -> list[str]:
     from omegaconf import OmegaConf
 
     try:
-        enabled = algorithm_specs(config.get("algorithm")).clip_schedule.enable
+        spec = algorithm_specs(config.get("algorithm")).clip_schedule
     except SpecError:  # said by check_algorithm
         return []
+    constant = OmegaConf.select(config, "actor_rollout_ref.actor.clip_ratio_high", default=None)
+    problems = [p for p in [schedule_bound_problem(spec, constant)] if p]
     loss_mode = OmegaConf.select(
         config, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None
     )
     names = registered_names()
     if loss_mode is not None and names is not None and str(loss_mode) not in names[1]:
-        return []  # a loss verl does not know: registry_problems says so, in one line
-    problem = schedule_loss_problem(enabled, loss_mode)
-    return [] if problem is None else [problem]
+        return problems  # a loss verl does not know: registry_problems says so, in one line
+    problem = schedule_loss_problem(spec.enable, loss_mode)
+    return problems if problem is None else [problem, *problems]
+
+
+def _schedule_enabled(config: Any) -> bool:
+    """`algorithm.clip_schedule.enable` (our key: no plain verl config has it)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, "algorithm.clip_schedule.enable", default=False) is True
+
+
+def trainer_problems(config: Any) -> list[str]:
+    """A run of verl's own trainer that switches our clip schedule on: that trainer never
+    computes the per-sample bounds, so the switch would do nothing without a word."""
+    from entropyrl.core.estimator_names import VERL_TRAINER_MODE
+
+    if not _schedule_enabled(config):
+        return []
+    return [
+        "algorithm.clip_schedule.enable=true needs the entropy-aware trainer "
+        f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never computes the "
+        "per-sample bounds; set it, or algorithm.clip_schedule.enable=false"
+    ]
+
+
+def verl_clip_ratio_high_default() -> float:
+    """verl's own default of `actor.clip_ratio_high` (its `ActorConfig`)."""
+    import dataclasses
+
+    from verl.workers.config.actor import ActorConfig
+
+    return next(f.default for f in dataclasses.fields(ActorConfig) if f.name == "clip_ratio_high")
+
+
+def schedule_bound_problem(
+    spec: Any, clip_ratio_high: Any, verl_default: float | None = None
+) -> str | None:
+    """Why `actor.clip_ratio_high` contradicts an enabled schedule, or None.
+
+    With the schedule on the loss takes each sample's bound from it and never reads the
+    constant. The recipes set the constant to the schedule's `low` (a clean sample's bound, what
+    every sample gets with the schedule off), and verl's own default is what a config that never
+    names it holds; any other value is a bound the user expects to act, and it would not."""
+    import math
+
+    if not spec.enable or clip_ratio_high is None:
+        return None
+    value = float(clip_ratio_high)
+    default = verl_clip_ratio_high_default() if verl_default is None else verl_default
+    if math.isclose(value, spec.low) or math.isclose(value, default):
+        return None
+    return (
+        f"actor_rollout_ref.actor.clip_ratio_high={value:g} is not read with "
+        "algorithm.clip_schedule.enable=true: each sample's bound comes from the schedule "
+        f"(algorithm.clip_schedule.low={spec.low:g} for a clean caption, high={spec.high:g} "
+        "for a hallucinating one); set those, or drop the clip_ratio_high override"
+    )
 
 
 def uses_entropyrl(config: Any) -> bool:
     """Whether the run uses a part of the plugin verl would not have without it: the
-    entropy-aware trainer, one of our advantage estimators or our policy loss. The plugin loads
-    into every verl process of the environment; a run that uses none of these is validated
-    exactly as verl alone validates it."""
+    entropy-aware trainer, one of our advantage estimators, our policy loss, or our clip
+    schedule switched on. The plugin loads into every verl process of the environment; a run
+    that uses none of these is validated exactly as verl alone validates it."""
     from omegaconf import OmegaConf
 
     from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
@@ -134,6 +193,7 @@ def uses_entropyrl(config: Any) -> bool:
 
     return (
         uses_our_trainer(config)
+        or _schedule_enabled(config)
         or value("algorithm.adv_estimator") in VERL_ESTIMATORS
         or value("actor_rollout_ref.actor.policy_loss.loss_mode") in VERL_POLICY_LOSSES
     )

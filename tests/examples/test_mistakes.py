@@ -28,6 +28,11 @@ LAUNCH_MISTAKES = {
         "algorithm.clip_schedule.enable=true trains with the per_sample_clip loss, which "
         "actor_rollout_ref.actor.policy_loss.loss_mode=gspo contradicts;",
     ),
+    "a constant bound the clip schedule would not read": (
+        ["actor_rollout_ref.actor.clip_ratio_high=0.4"],
+        "actor_rollout_ref.actor.clip_ratio_high=0.4 is not read with "
+        "algorithm.clip_schedule.enable=true:",
+    ),
     "an unknown key of our section": (
         ["algorithm.clip_schedule.hihg=0.6"],
         "algorithm.clip_schedule: unknown key 'hihg'; accepted: enable, rule, low, high,",

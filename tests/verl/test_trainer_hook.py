@@ -32,7 +32,7 @@ from entropyrl.verl.loss import CLIP_FIELD
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tokenizers = pytest.importorskip("entropyrl.models.tokenizer")
+    tokenizers = pytest.importorskip("entropyrl.rig.tokenizer")
     return tokenizers.build_qwen_tokenizer(num_ranks=8192)
 
 
@@ -382,6 +382,68 @@ def test_the_config_check_refuses_a_loss_that_contradicts_the_schedule(compose):
     off = compose("chair_mscoco", [*overrides, "algorithm.clip_schedule.enable=false"])
     assert clip_schedule_problems(off) == []
     assert clip_schedule_problems(compose("chair_mscoco")) == []
+
+
+def test_a_constant_bound_the_schedule_would_not_read_is_refused(compose):
+    """With the schedule on, actor.clip_ratio_high other than the schedule's low (the recipe's
+    interpolation) or verl's default is a bound the user expects to act: one line."""
+    from entropyrl.verl.validation import clip_schedule_problems, verl_clip_ratio_high_default
+
+    overrides = ["actor_rollout_ref.actor.clip_ratio_high=0.4"]
+    problems = clip_schedule_problems(compose("chair_mscoco", overrides))
+    assert problems == [
+        "actor_rollout_ref.actor.clip_ratio_high=0.4 is not read with "
+        "algorithm.clip_schedule.enable=true: each sample's bound comes from the schedule "
+        "(algorithm.clip_schedule.low=0.3 for a clean caption, high=0.5 for a hallucinating "
+        "one); set those, or drop the clip_ratio_high override"
+    ]
+    # the schedule off reads it; verl's own default and the schedule's low are what a config
+    # holds without the user naming a bound
+    assert (
+        clip_schedule_problems(
+            compose("chair_mscoco", [*overrides, "algorithm.clip_schedule.enable=false"])
+        )
+        == []
+    )
+    default = verl_clip_ratio_high_default()
+    assert default == 0.2
+    assert (
+        clip_schedule_problems(
+            compose("chair_mscoco", [f"actor_rollout_ref.actor.clip_ratio_high={default}"])
+        )
+        == []
+    )
+    moved = ["algorithm.clip_schedule.low=0.25"]  # the interpolation follows the schedule
+    assert clip_schedule_problems(compose("chair_mscoco", moved)) == []
+    # the trainer refuses it too (a run started without Hydra's command line)
+    trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
+    trainer.config = compose("chair_mscoco", overrides)
+    trainer.specs = algorithm_specs(trainer.config.algorithm)
+    trainer.global_steps = 0
+    trainer.checkpoint_manager = Recorder()
+    trainer.actor_rollout_wg = Recorder()
+    with pytest.raises(ValueError, match=r"clip_ratio_high=0\.4 is not read"):
+        trainer.on_init_end()
+    assert trainer.actor_rollout_wg.calls == []
+
+
+def test_verls_own_trainer_refuses_the_schedule_it_would_ignore(compose):
+    """A run of verl's trainer that switches our schedule on uses a part of the plugin (the key
+    is ours): refused in one line. With the schedule off it is verl's run alone."""
+    from entropyrl.verl.validation import config_problems, uses_entropyrl
+
+    plain = ["trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo",
+             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]  # fmt: skip
+    config = compose("chair_mscoco", plain)
+    assert uses_entropyrl(config)
+    problems = config_problems(config, use_reference_policy=True)
+    assert [p for p in problems if "clip_schedule" in p] == [
+        "algorithm.clip_schedule.enable=true needs the entropy-aware trainer "
+        "(trainer.v1.trainer_mode=entropyrl): verl's own trainer never computes the per-sample "
+        "bounds; set it, or algorithm.clip_schedule.enable=false"
+    ]
+    off = compose("chair_mscoco", [*plain, "algorithm.clip_schedule.enable=false"])
+    assert not uses_entropyrl(off)
 
 
 def test_reward_parts_are_means_over_the_rows_that_report_them():
