@@ -418,7 +418,6 @@ def test_a_constant_bound_the_schedule_would_not_read_is_refused(compose):
     # the trainer refuses it too (a run started without Hydra's command line)
     trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
     trainer.config = compose("chair_mscoco", overrides)
-    trainer.specs = algorithm_specs(trainer.config.algorithm)
     trainer.global_steps = 0
     trainer.checkpoint_manager = Recorder()
     trainer.actor_rollout_wg = Recorder()
