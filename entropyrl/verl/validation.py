@@ -145,12 +145,20 @@ def trainer_problems(config: Any) -> list[str]:
 
 
 def verl_clip_ratio_high_default() -> float:
-    """verl's own default of `actor.clip_ratio_high` (its `ActorConfig`)."""
-    import dataclasses
+    """verl's own default of `actor.clip_ratio_high`, from the actor config every verl trainer
+    config composes (`verl/trainer/config/actor/actor.yaml`), read without importing verl: the
+    launch scripts' pre-flight checks a config in about a second, before verl is imported."""
+    import importlib.util
 
-    from verl.workers.config.actor import ActorConfig
+    from omegaconf import OmegaConf
 
-    return next(f.default for f in dataclasses.fields(ActorConfig) if f.name == "clip_ratio_high")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("verl is not installed: its actor config is not there to read")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return float(
+        OmegaConf.load(folder / "trainer" / "config" / "actor" / "actor.yaml").clip_ratio_high
+    )
 
 
 def schedule_bound_problem(

@@ -405,8 +405,14 @@ def test_a_constant_bound_the_schedule_would_not_read_is_refused(compose):
         )
         == []
     )
-    default = verl_clip_ratio_high_default()
-    assert default == 0.2
+    import dataclasses
+
+    from verl.workers.config.actor import ActorConfig
+
+    default = verl_clip_ratio_high_default()  # read from verl's YAML, equal to its dataclass's
+    assert default == next(
+        f.default for f in dataclasses.fields(ActorConfig) if f.name == "clip_ratio_high"
+    )
     assert (
         clip_schedule_problems(
             compose("chair_mscoco", [f"actor_rollout_ref.actor.clip_ratio_high={default}"])
