@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hallucination-aware captioning on MSCOCO with verl (configs/chair_mscoco.yaml): GRPO with a
-# per-sample eps_high from each caption's CHAIR_i (0.3 clean / 0.5 hallucinating).
+# per-sample clip_high from each caption's CHAIR_i (0.3 clean / 0.5 hallucinating).
 #
 # usage: bash examples/chair_mscoco.sh [--dry-run] [hydra overrides ...]
 #        bash examples/chair_mscoco.sh --smoke [--out DIR] [--ranks N] [hydra overrides ...]

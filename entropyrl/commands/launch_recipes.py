@@ -55,8 +55,8 @@ RECIPES: dict[str, Recipe] = {
 
 # EXPERIMENT: the captioning comparisons, each under its own trainer.experiment_name (so its
 # checkpoints land in their own folder, where examples/eval_chair_mscoco.sh finds them).
-#   entropyrl  the recipe: per-sample eps_high from CHAIR_i (clean 0.3 / hallucinating 0.5)
-#   baseline   GRPO: no schedule, eps_high 0.3 for every sample
+#   entropyrl  the recipe: per-sample clip_high from CHAIR_i (clean 0.3 / hallucinating 0.5)
+#   baseline   GRPO: no schedule, clip_high 0.3 for every sample
 #   penalty    GRPO with reward CIDEr-D - 1.0 x (hallucinated mentions), no schedule: the
 #              reward that lowered CHAIR in the study
 #   reversed   the rule turned round: clean 0.5 / hallucinating 0.3

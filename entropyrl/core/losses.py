@@ -18,8 +18,8 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 class ClipMasks(NamedTuple):
     """Which tokens the clipped surrogate cut off, per token (False on masked positions).
 
-    ``high``: BoolTensor[B, T], ratio above 1 + eps_high with A > 0 (``clip/frac_high``);
-    ``low``: ratio below 1 - eps_low with A < 0 (``clip/frac_low``). A caller splits those
+    ``high``: BoolTensor[B, T], ratio above 1 + clip_high with A > 0 (``clip/frac_high``);
+    ``low``: ratio below 1 - clip_low with A < 0 (``clip/frac_low``). A caller splits those
     fractions by groups of samples with them (e.g. hallucinating vs clean captions); the batch
     fractions are ``mask.sum() / tokens``.
     """
@@ -57,9 +57,9 @@ def ppo_clip_loss(
 ) -> tuple[Tensor, dict[str, float], ClipMasks]:
     """PPO clipped policy loss, as verl's ``compute_policy_loss_vanilla`` computes it.
 
-    Per token, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and
-    eps_high = clip_high[b] (a per-sample bound broadcast over the sample's tokens):
-    L = max(-A rho, -A clip(rho, 1 - clip_low, 1 + eps_high)); for A < 0 and ``clip_c`` set,
+    Per token of sample b, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and the
+    sample's bound clip_high[b] (a float bound is every sample's):
+    L = max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high[b])); for A < 0 and ``clip_c`` set,
     the dual clip caps it at -clip_c * A (Ye et al. 2019, arXiv 1912.09729). With a float
     ``clip_high`` this equals verl's loss (DAPO clip-higher defaults 0.2 / 0.28).
 
@@ -68,7 +68,7 @@ def ppo_clip_loss(
             and the rollout policy.
         advantages: Tensor[B] or Tensor[B, T].
         mask: Tensor[B, T] response mask (bool or 0/1).
-        clip_low: eps_low (>= 0). clip_high: float or Tensor[B] (>= 0; the bounds of a
+        clip_low: the lower bound's epsilon (>= 0). clip_high: float or Tensor[B] (>= 0; the bounds of a
             `ClipScheduleSpec` or `PpoClipSpec.clip_high`, checked where those specs are built).
         clip_c: dual-clip constant (> 1), or None to disable the dual clip.
         agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
@@ -78,9 +78,9 @@ def ppo_clip_loss(
     Returns:
         (loss: a scalar, or with ``agg=None`` Tensor[B, T] per-token losses, 0 on masked
         positions; metrics; `ClipMasks`). Metrics: ``clip/frac_high`` (tokens clipped at
-        1 + eps_high, A > 0), ``clip/frac_low`` (clipped at 1 - eps_low, A < 0; their sum is
+        1 + clip_high, A > 0), ``clip/frac_low`` (clipped at 1 - clip_low, A < 0; their sum is
         verl's ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's
-        ``pg_clipfrac_lower``), ``clip/high_mean`` (mean eps_high over samples with a valid
+        ``pg_clipfrac_lower``), ``clip/high_mean`` (mean clip_high over samples with a valid
         token), ``ppo_kl``.
     """
     if agg is not None and agg not in AGG_MODES:
@@ -170,7 +170,7 @@ def _checked_advantages(
 def _ratio_and_clipped(
     log_prob: Tensor, old_log_prob: Tensor, clip_low: float, clip_high: float | Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(clamped log-ratio, ratio, ratio clipped to [1 - eps_low, 1 + eps_high]), all [B, T]."""
+    """(clamped log-ratio, ratio, ratio clipped to [1 - clip_low, 1 + clip_high]), all [B, T]."""
     neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(neg_kl)
     if isinstance(clip_high, Tensor):

@@ -291,7 +291,7 @@ class PpoClipSpec(Spec):
 
     SECTION: ClassVar[str] = "ppo"
 
-    clip_low: float = _help(0.2, "eps_low: the ratio's lower clip is 1 - eps_low")
+    clip_low: float = _help(0.2, "the ratio's lower clip is 1 - clip_low")
     clip_high: float = _help(
         0.28, "clip_high of every sample when no clip schedule is enabled (DAPO clip-higher)"
     )

@@ -20,13 +20,13 @@ def _plain_masks(log_prob, old, adv, mask, clip_low, clip_high):
     high = [[False] * length for _ in range(bsz)]
     low = [[False] * length for _ in range(bsz)]
     for b in range(bsz):
-        eps_high = float(clip_high[b]) if isinstance(clip_high, torch.Tensor) else clip_high
+        bound = float(clip_high[b]) if isinstance(clip_high, torch.Tensor) else clip_high
         for t in range(length):
             if not mask[b, t]:
                 continue
             a = float(adv[b] if adv.dim() == 1 else adv[b, t])
             ratio = math.exp(float(log_prob[b, t]) - float(old[b, t]))
-            high[b][t] = a > 0 and ratio > 1.0 + eps_high
+            high[b][t] = a > 0 and ratio > 1.0 + bound
             low[b][t] = a < 0 and ratio < 1.0 - clip_low
     return torch.tensor(high), torch.tensor(low)
 
@@ -70,7 +70,7 @@ def test_masks_equal_a_plain_loop_and_the_loss_fractions(seed, per_sample, token
 
 
 def test_float32_bound_at_the_edge_agrees_with_the_loss():
-    # A ratio rounded to exactly 1 + eps_high in float32 is not clipped, for a float bound and a
+    # A ratio rounded to exactly 1 + clip_high in float32 is not clipped, for a float bound and a
     # tensor bound alike; the masks are the tokens the metrics count.
     log_prob = torch.tensor([[math.log(1.3), math.log(1.3000001)]], dtype=torch.float32)
     old = torch.zeros_like(log_prob)

@@ -1,4 +1,4 @@
-"""Hallucination score -> per-sample eps_high."""
+"""Hallucination score -> per-sample clip_high."""
 
 import math
 

@@ -155,7 +155,7 @@ def test_chair_recipe_agrees_with_the_spec_and_the_actor(compose):
     # The recipe's bounds are the EntropyRL values, which are also the spec defaults.
     expected = ClipScheduleSpec(enable=True)
     assert specs.clip_schedule == expected
-    # Samples without a bound use the actor's eps_high: the schedule's neutral (low) value,
+    # Samples without a bound use the actor's clip_high: the schedule's neutral (low) value,
     # written once (an interpolation) so the two cannot disagree.
     assert cfg.actor_rollout_ref.actor.clip_ratio_high == specs.clip_schedule.low
     overridden = compose("chair_mscoco", ["algorithm.clip_schedule.low=0.25"])

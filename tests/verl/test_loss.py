@@ -1,7 +1,7 @@
 """The per-sample clip-high loss through verl's own `ppo_loss` (hand-built micro-batches).
 
 Without a `clip_high` field it must be verl's `vanilla`; with one, each row's gradient is
-gated by its own eps_high, with verl's global normalisation, KL and entropy terms kept.
+gated by its own clip_high, with verl's global normalisation, KL and entropy terms kept.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_without_field_equals_vanilla(chair_config):
     ],
 )
 def test_constant_field_matches_vanilla_with_global_normalisation(chair_config, agg):
-    """A field equal to the config's eps_high everywhere reproduces vanilla, incl. dp scaling."""
+    """A field equal to the config's clip_high everywhere reproduces vanilla, incl. dp scaling."""
     from verl.workers.utils.losses import ppo_loss
 
     ours = PerSampleClipPPOLoss(actor_config(chair_config, loss_agg_mode=agg))
@@ -147,15 +147,15 @@ def test_constant_field_matches_vanilla_with_global_normalisation(chair_config, 
         assert metric(metrics_a[key]) == pytest.approx(metric(metrics_b[key]), abs=1e-6), key
 
 
-def reference_pg_loss(log_prob, old, adv, mask, eps_low, eps_high, clip_c, num_tokens):
-    """Plain per-token PPO clipped surrogate with a per-row eps_high (token-mean over num_tokens)."""
+def reference_pg_loss(log_prob, old, adv, mask, clip_low, clip_high, clip_c, num_tokens):
+    """Plain per-token PPO clipped surrogate with a per-row clip_high (token-mean over num_tokens)."""
     total = 0.0
     for i in range(log_prob.shape[0]):
         for t in range(log_prob.shape[1]):
             if mask[i, t] == 0:
                 continue
             ratio = torch.exp(log_prob[i, t] - old[i, t])
-            clipped = min(max(ratio, 1 - eps_low), 1 + eps_high[i])
+            clipped = min(max(ratio, 1 - clip_low), 1 + clip_high[i])
             loss = max(-adv[i] * ratio, -adv[i] * clipped)
             if adv[i] < 0:
                 loss = min(loss, -adv[i] * clip_c)

@@ -139,7 +139,7 @@ class DemoConfig:
     ppo: PpoClipSpec = field(default_factory=PpoClipSpec, metadata=_section("PPO clip constants"))
     clip_schedule: ClipScheduleSpec = field(
         default_factory=lambda: ClipScheduleSpec(enable=True),
-        metadata=_section("per-sample eps_high from CHAIR_i"),
+        metadata=_section("per-sample clip_high from CHAIR_i"),
     )
     entropy: EntropySpec = field(
         default_factory=lambda: EntropySpec(mode="full"),

@@ -61,7 +61,7 @@ CURVES = (
         "clipped tokens (%)",
         100.0,
     ),
-    Curve(("clip_high",), "clip bound eps_high (batch mean)", "eps_high"),
+    Curve(("clip_high",), "per-sample clip_high (batch mean)", "clip_high"),
     Curve(("response_length",), "response length", "tokens"),
 )
 CAPTION_HELD_OUT = (

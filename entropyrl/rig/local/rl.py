@@ -3,7 +3,7 @@
 The RL step follows the project's data flow of one training step: sample n responses per prompt,
 score them once, compute old log-probs and full-vocabulary token entropies at the sampling
 temperature, group-relative advantages with the chosen entropy guidance
-(`entropyrl.core.advantages`, `entropyrl.core.maxent`), per-sample eps_high from each sample's
+(`entropyrl.core.advantages`, `entropyrl.core.maxent`), per-sample clip_high from each sample's
 CHAIR_i (`entropyrl.core.clip_schedules`), then PPO updates (`entropyrl.core.losses.ppo_clip_loss`)
 over several mini-batches so the clip bounds act. Formulas live in those modules; this one only
 moves tensors.
@@ -129,7 +129,7 @@ def compute_advantages(
 
 
 def sample_clip_high(settings: RLSettings, chair_i: np.ndarray | None, size: int) -> Tensor:
-    """eps_high per sample [N] (float32): the clip schedule's bounds from CHAIR_i (NaN or None =
+    """clip_high per sample [N] (float32): the clip schedule's bounds from CHAIR_i (NaN or None =
     unscored: the neutral bound), or `settings.ppo.clip_high` for all when it is disabled."""
     spec = settings.specs.clip_schedule
     if not spec.enable:

@@ -51,8 +51,13 @@ class MetricsLog:
         self.path.write_text("", encoding="utf-8")
         self.records: list[dict[str, Any]] = []
 
+    @staticmethod
+    def record(phase: str, step: int, metrics: dict[str, Any], **tags: Any) -> dict[str, Any]:
+        """The line's fields, in the order they are written."""
+        return {"phase": phase, "step": step, **tags, **metrics}
+
     def write(self, phase: str, step: int, metrics: dict[str, Any], **tags: Any) -> None:
-        record = {"phase": phase, "step": step, **tags, **metrics}
+        record = self.record(phase, step, metrics, **tags)
         self.records.append(record)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json_dumps(record) + "\n")
@@ -241,7 +246,7 @@ class _RecordingLog:
         self.records: list[dict[str, Any]] = []
 
     def write(self, phase: str, step: int, metrics: dict[str, Any], **tags: Any) -> None:
-        self.records.append({"phase": phase, "step": step, **tags, **metrics})
+        self.records.append(MetricsLog.record(phase, step, metrics, **tags))
         if self.log is not None:
             self.log.write(phase, step, metrics, **tags)
 

@@ -4,7 +4,7 @@ For each seed: warm up on the noisy captions once, evaluate (greedy, held-out), 
 same checkpoint run every variant of the grid and an equal-CPU-time control, evaluating after
 each. The grid separates the pieces the project claims matter:
 
-- the clip bound alone: GRPO with eps_high fixed at the schedule's `low`, then at its `high`;
+- the clip bound alone: GRPO with clip_high fixed at the schedule's `low`, then at its `high`;
 - the CHAIR clip schedule (EntropyRL's step rule, the reversed direction, linear, sigmoid);
 - entropy guidance of the advantages (EGPO bonus, EGPO ratio), with and without the CHAIR clip;
 - the control: the supervised warm-up continued for the mean CPU time of the seed's RL runs
@@ -59,7 +59,7 @@ CONTROL = "control"
 
 @dataclass(frozen=True)
 class StudyVariant:
-    """One RL run of the grid: an estimator and how each sample's eps_high is set.
+    """One RL run of the grid: an estimator and how each sample's clip_high is set.
 
     `schedule` turns the CHAIR clip schedule on with these overrides of the run's
     `clip_schedule` section; without it every sample gets the fixed bound `fixed`, which names
@@ -91,7 +91,7 @@ class StudyVariant:
         run_cfg, _ = self.config(cfg)
         spec = run_cfg.clip_schedule
         if self.schedule is None:
-            return f"{name}, eps_high {run_cfg.ppo.clip_high:g}"
+            return f"{name}, clip_high {run_cfg.ppo.clip_high:g}"
         ends = (
             (spec.low, spec.high)
             if spec.direction == "hallucinated_high"
@@ -322,7 +322,7 @@ DYNAMICS_COLUMNS = (
     ("train/entropy", "entropy", 1.0),
     ("train/entropy/hallucinated", "entropy halluc.", 1.0),
     ("train/entropy/clean", "entropy clean", 1.0),
-    ("train/clip_high", "mean eps_high", 1.0),
+    ("train/clip_high", "mean clip_high", 1.0),
     ("train/clip_frac_high/hallucinated", "clip high % halluc.", 100.0),
     ("train/clip_frac_high/clean", "clip high % clean", 100.0),
     ("train/clip_frac_low/hallucinated", "clip low % halluc.", 100.0),
@@ -374,8 +374,8 @@ def study_tables(aggregated: Mapping[str, Any]) -> str:
             f"Held-out images, greedy decoding; mean ± standard deviation over {n} seeds.",
             outcome,
             "Sampled responses during RL (means over steps): token entropy at the sampling "
-            "temperature, and the share of tokens clipped at 1 + eps_high (A > 0) or "
-            "1 - eps_low (A < 0), for hallucinating (CHAIR_i > 0) and clean samples.",
+            "temperature, and the share of tokens clipped at 1 + clip_high (A > 0) or "
+            "1 - clip_low (A < 0), for hallucinating (CHAIR_i > 0) and clean samples.",
             dynamics,
             f"Paired difference from {reference} (same seed and warm-up checkpoint); "
             "* = same sign in every seed and |mean| > 2 standard errors.",
@@ -387,7 +387,7 @@ def study_tables(aggregated: Mapping[str, Any]) -> str:
 PLOT_PANELS = (
     ("entropy", "token entropy of samples"),
     ("chair_i", "CHAIR_i of samples"),
-    ("clip_frac_high", "tokens clipped at 1 + eps_high"),
+    ("clip_frac_high", "tokens clipped at 1 + clip_high"),
     ("reward", "reward"),
 )
 

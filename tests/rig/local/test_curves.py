@@ -60,7 +60,7 @@ def test_every_panel_has_a_y_label_with_its_unit(figure):
         "CHAIR_i (%)",
         "entropy (nats per token)",
         "clipped tokens (%)",
-        "eps_high",
+        "clip_high",
         "tokens",
     } <= labels
     assert all(ax.get_xlabel() == "RL step" for ax in figure.axes if ax.get_ylabel())
@@ -105,7 +105,7 @@ def test_clip_panel_shows_the_fraction_of_tokens_clipped_high_and_low(figure):
     assert lines["grpo (clip_frac_low)"].get_linestyle() == "--"
     assert "high" in ax.get_title() and "low" in ax.get_title()
     # the bound keeps a panel of its own
-    assert list(_axis(figure, "eps_high").get_lines()[0].get_ydata()) == pytest.approx([0.4] * 12)
+    assert list(_axis(figure, "clip_high").get_lines()[0].get_ydata()) == pytest.approx([0.4] * 12)
 
 
 def test_plot_curves_writes_a_png_and_takes_plain_key_label_pairs(tmp_path):
