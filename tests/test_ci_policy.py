@@ -103,7 +103,7 @@ def test_a_module_skipped_at_import_fails_only_in_ci(pytester, monkeypatch):
 
 
 def test_a_folder_whose_conftest_skips_fails_only_in_ci(pytester, monkeypatch):
-    """What tests/verl/conftest.py did: importorskip in a sub-folder's conftest skipped every
+    """What a sub-folder's conftest once did (tests/verl's): importorskip there skipped every
     test under it as one SKIPPED line."""
     pytester.makeconftest(policy_source())
     folder = pytester.mkpydir("engine_tests")

@@ -5,7 +5,7 @@
 # The suite runs in TEST_WORKERS processes (pytest-xdist, default 2): the smoke runs are mostly
 # process start-up and waiting, so two side by side keep both cores busy. Tests that read the same
 # smoke run share an xdist group and run in one worker; each run is made once per session
-# (tests/verl/conftest.py). The slowest tests' durations are printed at the end.
+# (tests/conftest.py). The slowest tests' durations are printed at the end.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -111,7 +111,7 @@ def compose_recipe(recipe: str, overrides: Sequence[str] = ()) -> Any:
 
     The recipes find verl's config as `pkg://verl.trainer.config`, which imports verl (torch,
     Ray, ...: seconds); the same folder is given here as a file path, so checking a config takes
-    well under a second (tests/verl/test_preflight.py: the same config either way)."""
+    well under a second (tests/commands/test_preflight.py: the same config either way)."""
     from hydra import compose, initialize_config_dir
 
     path = config_path(recipe)

@@ -7,7 +7,7 @@ recipe's (composed for 1 node x 8 GPUs) only in the keys of `ALLOWED_DIFFERENCES
 reason a CPU forces (a tiny model of the recipe's architecture, the `hf` rollout, PyTorch's
 attention, the CPU platform and Ray's logical resources, the data's paths, lengths and batch
 sizes scaled with the recipe's shape kept: at least 2 mini-batches per step, at least 2
-micro-batches per mini-batch). `tests/verl/test_smoke_config.py` fails when another key differs.
+micro-batches per mini-batch). `tests/rig/smoke/test_smoke_config.py` fails when another key differs.
 
 `entropyrl launch` (the launch scripts' `--smoke`) takes four steps, each also a command here:
 

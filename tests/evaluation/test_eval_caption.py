@@ -6,7 +6,7 @@ CHAIR caption by caption against the original rules restated (`tests/chair/origi
 and through the running CHAIR service, CIDEr-D and BLEU-4 through pycocoevalcap, POPE through
 POPE's own rules restated, every interval by the bootstrap on the recomputed values. Also
 resuming and the one-line refusals. The verl-checkpoint path (verl's model merger) runs in
-tests/verl/test_smoke.py on the caption smoke's checkpoint, with `check_recomputation`.
+tests/rig/smoke/test_smoke.py on the caption smoke's checkpoint, with `check_recomputation`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`entropyrl.verl.budget`: the dry-run's figures against their sources. The image tensors'
 bytes against what the processor itself returns for real-size images, the steps against verl's
 own dataloader arithmetic, the checkpoint bytes against a real verl checkpoint (the caption
-smoke's, tests/verl/test_smoke.py), and the dry-run printing them."""
+smoke's, tests/rig/smoke/test_smoke.py), and the dry-run printing them."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The decisions of `entropyrl.verl.checkpoints` on folders laid out as verl 0.9.1 
 (`global_step_N/`, `latest_checkpointed_iteration.txt`), the trainer's file logger for a
 resumed run (verl's own `FileLogger` underneath), and the trainer's validation metrics through
 verl's own `process_validation_metrics`. The whole path (a killed smoke resumed, another
-estimator refused, a finished run) runs in tests/verl/test_smoke.py.
+estimator refused, a finished run) runs in tests/rig/smoke/test_smoke.py.
 """
 
 from __future__ import annotations

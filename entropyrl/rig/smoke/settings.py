@@ -59,7 +59,7 @@ def asset_source_digest() -> str:
     return source_digest(ASSET_SOURCES)
 
 
-# The recipes' group sizes (rollout.n): a smoke keeps them (tests/verl/test_smoke_config.py).
+# The recipes' group sizes (rollout.n): a smoke keeps them (tests/rig/smoke/test_smoke_config.py).
 RECIPE_N = {"caption": 5, "function-calling": 8, "mixed": 8}
 
 # Keys whose values may differ between a smoke's resolved config and the recipe's at 1 x 8

@@ -1,4 +1,4 @@
-"""The smoke check fed recorded bad runs: each real run of the session (tests/verl/conftest.py),
+"""The smoke check fed recorded bad runs: each real run of the session (tests/conftest.py),
 read back and changed the way a fault would change it, must fail with a line naming what is
 wrong, and pass unchanged.
 

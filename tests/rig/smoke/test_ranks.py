@@ -21,8 +21,8 @@ Qwen2.5-VL), the same fixed batch through 1 and 2 ranks:
 
 The pair keeps the recipe's model: with the tiny Qwen3-VL the two layouts already differ before
 the update (log-probs and entropies by up to 1.5e-5 relative, observed), which would hide what
-this comparison looks for; Qwen3-VL trains in the LoRA captioning smoke (tests/verl/conftest.py).
-Several mini-batches per step are the 1-rank smokes' default (tests/verl/test_smoke.py); every
+this comparison looks for; Qwen3-VL trains in the LoRA captioning smoke (tests/conftest.py).
+Several mini-batches per step are the 1-rank smokes' default (tests/rig/smoke/test_smoke.py); every
 smoke's own check matches each row that reached the loss to the driver's sample, whatever
 mini-batch, rank and position it got (`entropyrl.rig.smoke.check.check_loss_inputs`).
 

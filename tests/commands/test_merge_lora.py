@@ -1,6 +1,6 @@
 """`python -m entropyrl.commands.merge_lora`: verl's merger output (base + lora_adapter/) folded
 into one model, equal to peft's own merge; a folder without an adapter is one line and exit 2.
-The whole path from a real LoRA checkpoint runs in tests/verl/test_smoke.py."""
+The whole path from a real LoRA checkpoint runs in tests/rig/smoke/test_smoke.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ TransferQueue, FSDP2, the `hf` rollout, the reward loop, the CHAIR service over 
 machine's CPU.
 
 These are the end-to-end evidence for the verl path; each run is made once per test session
-(`smoke_runs` / `caption_run` in tests/verl/conftest.py) and read by every test that needs it:
+(`smoke_runs` / `caption_run` in tests/conftest.py) and read by every test that needs it:
 - the caption recipe (grpo, per-sample clip, remove-padding, gradient checkpointing, validation,
   checkpoints), killed with SIGKILL after its step-2 checkpoint and started again with the same
   command: it resumes and finishes step 3; the same folder then refuses another estimator and
@@ -13,10 +13,10 @@ These are the end-to-end evidence for the verl path; each run is made once per t
 - LoRA on the caption recipe with the tiny Qwen3-VL and `entropy_adv` (token-level shaping
   through real verl), and a run that shows the fall-backs (no entropy: plain GRPO; CHAIR service
   down: the neutral bound);
-- in tests/verl/test_ranks.py: two ranks against one (`maxent_grpo`, the reference's log-probs).
+- in tests/rig/smoke/test_ranks.py: two ranks against one (`maxent_grpo`, the reference's log-probs).
 Every run's own check (`entropyrl.rig.smoke.check`) recomputes every step's advantages,
 rewards and bounds from the trace, matches what reached the loss to its sample and proves the
-weight sync; tests/verl/test_smoke_check.py
+weight sync; tests/rig/smoke/test_smoke_check.py
 feeds it these runs with planted faults. Each run's config differs from the recipe's only in the
 allowed keys.
 """
@@ -40,7 +40,7 @@ from entropyrl.rig.smoke import settings as smoke_settings
 from entropyrl.rig.smoke.check import clip_rule, is_training_row, read_metrics
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CAPTION = pytest.mark.xdist_group("caption")
 
 

@@ -1,6 +1,6 @@
 """The hf rollout's reproducible modes, without Ray: seeded decoding under verl's
 `rollout.full_determinism`, and the recording that a later run replays (the replay path itself,
-which goes through a named Ray actor, runs in tests/verl/test_ranks.py)."""
+which goes through a named Ray actor, runs in tests/rig/smoke/test_ranks.py)."""
 
 from __future__ import annotations
 

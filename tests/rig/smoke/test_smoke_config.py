@@ -2,7 +2,7 @@
 the keys `entropyrl.commands.smoke.ALLOWED_DIFFERENCES` names, each for a reason a CPU forces.
 
 Checked here on the config the smoke's overrides compose to (every task, 1 and 2 ranks), and by
-`tests/verl/test_smoke.py` on the `config.yaml` each real smoke run wrote. The shape of the
+`tests/rig/smoke/test_smoke.py` on the `config.yaml` each real smoke run wrote. The shape of the
 recipe is kept: the group size, at least 2 mini-batches per step and 2 micro-batches per
 mini-batch and rank, dynamic batch sizes exactly where the recipe has them.
 """
@@ -20,7 +20,7 @@ from entropyrl.commands import preflight
 from entropyrl.rig.smoke import run as smoke_run
 from entropyrl.rig.smoke import settings as smoke_settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

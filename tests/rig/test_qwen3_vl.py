@@ -4,7 +4,7 @@ The tiny model builds, its checkpoint's processor loads through verl's `hf_proce
 torchvision, the `hf` rollout generates on an image with the model's own log-probs, and verl's
 remove-padding forward (which does not patch Qwen3-VL's attention) keeps packed sequences apart
 on PyTorch's attention. The whole smoke with Qwen3-VL (LoRA and token-level entropy shaping,
-through Ray) is the session's `lora_caption_entropy_adv` run (tests/verl/test_smoke.py).
+through Ray) is the session's `lora_caption_entropy_adv` run (tests/rig/smoke/test_smoke.py).
 """
 
 from __future__ import annotations
