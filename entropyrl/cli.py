@@ -22,7 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "entropyrl.commands.preflight",  # preflight
     "entropyrl.commands.smoke",  # smoke
     "entropyrl.commands.doctor",  # doctor
-    "entropyrl.commands.eval_group",  # eval caption | fc
+    "entropyrl.commands.eval",  # eval caption | fc
     "entropyrl.commands.merge_lora",  # merge-lora
 )
 

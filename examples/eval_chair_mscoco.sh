@@ -39,5 +39,5 @@ DATA_DIR="${DATA_DIR:-$root/data/coco}"
 # a checkpoint, COCO_ANNOTATIONS, POPE_DIR and IMAGE_LIST, and your flags last (--out replaces
 # the folder below); with --smoke, the caption smoke's model, data and checkpoint instead.
 exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
-  "$PYTHON" -m entropyrl.commands.eval_caption --out "$root/eval/chair_mscoco" \
+  "$PYTHON" -m entropyrl.commands.eval.caption --out "$root/eval/chair_mscoco" \
   --data "$DATA_DIR" --tensor-parallel-size "${TP:-1}" --model "base=$MODEL_PATH"

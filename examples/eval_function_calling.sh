@@ -30,7 +30,7 @@ DATA_DIR="${DATA_DIR:-$root/data/fc}"
 # verl's model merger on its last checkpoint, generation on every set, scoring; then the table.
 # shellcheck disable=SC2086  # RUNS is a list of run names
 exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
-  "$PYTHON" -m entropyrl.commands.evaluate compare --runs ${RUNS:-grpo egpo} \
+  "$PYTHON" -m entropyrl.commands.eval.fc compare --runs ${RUNS:-grpo egpo} \
   --checkpoints "${CKPT_ROOT:-$PWD/checkpoints/entropyrl_function_calling}" \
   --data "$DATA_DIR/test.parquet" --bfcl-dir "${BFCL_DIR:-}" \
   --out "${OUT_DIR:-$root/eval/function_calling}" --bfcl "${BFCL_CHECK:-auto}" \

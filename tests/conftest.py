@@ -332,7 +332,7 @@ def smoke_runs(tmp_path_factory, smoke_cache):
 
 
 # LoRA as `LORA_RANK=8` adds it to a caption run
-# (entropyrl/commands/launch_recipes.py: lora_overrides).
+# (entropyrl/commands/launch/recipes.py: lora_overrides).
 LORA_ENV = {"LORA_RANK": "8"}
 LORA_CAPTION = (
     "actor_rollout_ref.model.lora_rank=8",
@@ -391,7 +391,7 @@ def step_logged(metrics: Path, step: int) -> bool:
     """Whether the file logger has written `step`'s training row (verl saves a step's
     checkpoint before it logs the step, so a kill in between loses that row for good); a line
     the logger is still writing is left out."""
-    from entropyrl.commands.eval_generation import read_rows
+    from entropyrl.commands.eval.generation import read_rows
 
     return any(
         row.get("step") == step and "critic/score/mean" in row.get("data", {})

@@ -67,7 +67,7 @@ class DecodingSettings:
     `from_model`; nothing of the model's generation_config.json but its EOS ids is used.
 
     `transformers_kwargs` and `vllm_kwargs` give the two engines' arguments for one token budget
-    (the budgets are the protocol's: `entropyrl.commands.eval_plan`)."""
+    (the budgets are the protocol's: `entropyrl.commands.eval.plan`)."""
 
     stop_token_ids: tuple[int, ...]
     pad_token_id: int

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from entropyrl.commands import evaluate
+from entropyrl.commands.eval import fc as evaluate
 
 FUNCTION = {
     "name": "area",

@@ -318,7 +318,8 @@ def test_the_evaluation_scores_quality_on_karpathys_test_images_only(coco_dirs, 
     images, not the restval images beside them."""
     import argparse
 
-    from entropyrl.commands import eval_caption, eval_plan
+    from entropyrl.commands.eval import caption as eval_caption
+    from entropyrl.commands.eval import plan as eval_plan
 
     ann, img = coco_dirs
     karpathy = write_layout("dataset_coco.json", karpathy_entries(ann), tmp_path / "karpathy")

@@ -33,7 +33,7 @@ from pycocoevalcap.tokenizer.ptbtokenizer import PUNCTUATIONS
 from chair_server import vocabulary
 from entropyrl.evaluation.pope import POPE_METRICS
 
-COMMAND = [sys.executable, "-m", "entropyrl.commands.eval_caption"]
+COMMAND = [sys.executable, "-m", "entropyrl.commands.eval.caption"]
 HERE = Path(__file__).resolve().parent
 
 

@@ -28,9 +28,9 @@ import pytest
 import torch
 from PIL import Image
 
-from entropyrl.commands.eval_generation import check_settings
-from entropyrl.commands.eval_models import EvalError, ModelSource
-from entropyrl.commands.eval_plan import Plan
+from entropyrl.commands.eval.generation import check_settings
+from entropyrl.commands.eval.models import EvalError, ModelSource
+from entropyrl.commands.eval.plan import Plan
 from entropyrl.evaluation.generation import (
     REPETITION_PENALTY,
     Request,

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from entropyrl.commands import launch_checks, launch_recipes, launch_service, launch_training
-from entropyrl.commands.launch_args import Launch, Stop, override_value, parse
+from entropyrl.commands.launch import checks as launch_checks
+from entropyrl.commands.launch import recipes as launch_recipes
+from entropyrl.commands.launch import service as launch_service
+from entropyrl.commands.launch import training as launch_training
+from entropyrl.commands.launch.args import Launch, Stop, override_value, parse
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = ["python3", "-m", "verl.trainer.main_ppo", "--config-name", "chair_mscoco", "a.b=1"]

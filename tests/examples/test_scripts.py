@@ -127,12 +127,12 @@ def test_eval_dry_run_merges_generates_scores_and_tabulates(repo_root, tmp_path)
     generated = [c for c in commands if "generate" in c]
     assert len(generated) == 2 * 3  # two runs x (test split + two BFCL categories)
     table = commands[-1]
-    assert table[1:4] == ["-m", "entropyrl.commands.evaluate", "table"]
+    assert table[1:4] == ["-m", "entropyrl.commands.eval.fc", "table"]
     assert f"GRPO={tmp_path}/out/grpo/result.json" in table
 
 
 def test_evaluate_score_and_table(tmp_path):
-    from entropyrl.commands.evaluate import main
+    from entropyrl.commands.eval.fc import main
 
     truth = json.dumps([{"name": "f", "arguments": {"x": 1}}])
     good = '<think>t</think><tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from entropyrl.commands.eval_models import EvalError, ModelSource, parse_models
+from entropyrl.commands.eval.models import EvalError, ModelSource, parse_models
 from entropyrl.data.io import InputFileError
 from entropyrl.evaluation.generation import DECODING_TEXT
 

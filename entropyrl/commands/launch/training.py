@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from entropyrl.commands.launch_args import (
+from entropyrl.commands.launch.args import (
     REWARD_KWARGS,
     Launch,
     config_name,
@@ -21,7 +21,7 @@ from entropyrl.commands.launch_args import (
     split_command,
     usage_error,
 )
-from entropyrl.commands.launch_checks import (
+from entropyrl.commands.launch.checks import (
     Gpus,
     note_no_gpu,
     plugin_problem,
@@ -31,8 +31,8 @@ from entropyrl.commands.launch_checks import (
     require_model,
     require_verl,
 )
-from entropyrl.commands.launch_recipes import RECIPES, experiment_overrides, lora_overrides
-from entropyrl.commands.launch_service import ChairService, chair_source, start_chair
+from entropyrl.commands.launch.recipes import RECIPES, experiment_overrides, lora_overrides
+from entropyrl.commands.launch.service import ChairService, chair_source, start_chair
 
 
 def report_resources(launch: Launch, gpus: Gpus, values: dict[str, str]) -> None:

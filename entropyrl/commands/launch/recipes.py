@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from entropyrl.commands.launch_args import REWARD_KWARGS, usage_error
+from entropyrl.commands.launch.args import REWARD_KWARGS, usage_error
 
 
 @dataclass(frozen=True)

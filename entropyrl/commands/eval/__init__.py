@@ -1,7 +1,7 @@
 """`entropyrl eval caption|fc`: the evaluations of trained models, one verb.
 
-`eval caption` is `python -m entropyrl.commands.eval_caption` (CHAIR, POPE, CIDEr-D with
-bootstrap intervals), `eval fc` is `python -m entropyrl.commands.evaluate` (the function-calling
+`eval caption` is `python -m entropyrl.commands.eval.caption` (CHAIR, POPE, CIDEr-D with
+bootstrap intervals), `eval fc` is `python -m entropyrl.commands.eval.fc` (the function-calling
 generate, score, table and compare).
 """
 
@@ -21,13 +21,13 @@ def register(subparsers: Any) -> None:
     add_forwarded(
         tasks,
         "caption",
-        "entropyrl.commands.eval_caption",
+        "entropyrl.commands.eval.caption",
         "CHAIR / POPE / CIDEr-D of the base model and each run, with bootstrap intervals",
     )
     add_forwarded(
         tasks,
         "fc",
-        "entropyrl.commands.evaluate",
+        "entropyrl.commands.eval.fc",
         "function calling: generate, score strictly (and with BFCL's checker), tabulate, compare",
     )
     evaluation.set_defaults(func=lambda args: _usage(evaluation))

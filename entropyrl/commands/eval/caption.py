@@ -23,8 +23,9 @@ Written to `--out`: `images.json` (the image set, reused by a later run), `resul
 `table.md`, `figure.png`, and per model `captions.jsonl`, `pope.jsonl` and `settings.json`. The
 same command after an interruption merges and generates only what is missing.
 
-The parts: `eval_models` (NAME=PATH, merging), `eval_plan` (images, protocols, `--dry-run`),
-`eval_generation` (the resumable child that generates), `eval_report` (scores, tables, figure).
+The parts, beside it in `entropyrl.commands.eval`: `models` (NAME=PATH, merging), `plan` (images,
+protocols, `--dry-run`), `generation` (the resumable child that generates), `report` (scores,
+tables, figure).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from entropyrl.commands.eval_generation import check_settings, generate_for_model
-from entropyrl.commands.eval_models import EvalError, prepare_model
-from entropyrl.commands.eval_plan import DEFAULT_TOKENS, Plan, describe_plan, make_plan
-from entropyrl.commands.eval_report import (
+from entropyrl.commands.eval.generation import check_settings, generate_for_model
+from entropyrl.commands.eval.models import EvalError, prepare_model
+from entropyrl.commands.eval.plan import DEFAULT_TOKENS, Plan, describe_plan, make_plan
+from entropyrl.commands.eval.report import (
     chair_scorer,
     score_model_captions,
     score_model_pope,
@@ -208,7 +209,7 @@ def _main_args(args: argparse.Namespace) -> int:
 
 
 def main(
-    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.eval_caption"
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.eval.caption"
 ) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])

@@ -9,9 +9,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from entropyrl.commands.eval_generation import caption_key, pope_key, read_rows, rewrite_rows
-from entropyrl.commands.eval_models import EvalError, ModelSource
-from entropyrl.commands.eval_plan import POPE_TOKENS, Plan
+from entropyrl.commands.eval.generation import caption_key, pope_key, read_rows, rewrite_rows
+from entropyrl.commands.eval.models import EvalError, ModelSource
+from entropyrl.commands.eval.plan import POPE_TOKENS, Plan
 from entropyrl.core.files import write_json
 from entropyrl.evaluation.generation import DECODING_PROTOCOL, DECODING_TEXT
 

@@ -1,9 +1,9 @@
 """Function-calling evaluation after verl training: generate, score strictly, tabulate.
 
-    python -m entropyrl.commands.evaluate generate --model HF_DIR --data test.parquet --out gen.jsonl
-    python -m entropyrl.commands.evaluate score --generations gen.jsonl --out result.json
-    python -m entropyrl.commands.evaluate table --result GRPO=grpo.json --result EGPO=egpo.json
-    python -m entropyrl.commands.evaluate compare --runs grpo egpo --checkpoints DIR \
+    python -m entropyrl.commands.eval.fc generate --model HF_DIR --data test.parquet --out gen.jsonl
+    python -m entropyrl.commands.eval.fc score --generations gen.jsonl --out result.json
+    python -m entropyrl.commands.eval.fc table --result GRPO=grpo.json --result EGPO=egpo.json
+    python -m entropyrl.commands.eval.fc compare --runs grpo egpo --checkpoints DIR \
         --data test.parquet --out eval/function_calling [--bfcl-dir DIR] [--dry-run]
 
 `compare` is the whole comparison (examples/eval_function_calling.sh): for each run, verl's model
@@ -252,7 +252,7 @@ def comparison_steps(args: argparse.Namespace) -> list[list[str]]:
     """The commands of `compare`, in order (a missing checkpoint: `SystemExit(2)`, or a note and
     a placeholder in a dry run)."""
     python, out, checkpoints = args.python, Path(args.out), Path(args.checkpoints)
-    evaluate = [python, "-m", "entropyrl.commands.evaluate"]
+    evaluate = [python, "-m", "entropyrl.commands.eval.fc"]
     if args.bfcl_dir and not Path(args.bfcl_dir).is_dir():
         _problem(args, f"BFCL_DIR={args.bfcl_dir} is not a folder")
     sets = evaluation_sets(args.data, args.bfcl_dir)
@@ -314,7 +314,7 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def main(
-    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.evaluate"
+    argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.eval.fc"
 ) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from entropyrl.commands.launch_args import Launch, Stop, say
+from entropyrl.commands.launch.args import Launch, Stop, say
 
 
 @dataclass

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from entropyrl.commands.launch_args import REWARD_KWARGS, Launch, override_value, say
-from entropyrl.commands.launch_checks import require_file
+from entropyrl.commands.launch.args import REWARD_KWARGS, Launch, override_value, say
+from entropyrl.commands.launch.checks import require_file
 
 
 def node_address() -> str:

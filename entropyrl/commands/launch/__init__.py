@@ -26,18 +26,18 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from entropyrl.commands.launch_args import Stop, parse
-from entropyrl.commands.launch_eval import (
+from entropyrl.commands.launch.args import Stop, parse
+from entropyrl.commands.launch.evaluation import (
     caption_evaluation,
     function_calling_evaluation,
     parse_evaluation,
 )
-from entropyrl.commands.launch_training import run
+from entropyrl.commands.launch.training import run
 
-# The steps live beside this dispatch, one job a module: launch_args (the flags, the overrides,
-# the training command), launch_recipes (what each recipe needs; LoRA and EXPERIMENT overrides),
-# launch_checks (GPUs, verl, the preflight, files, the model, the plugin), launch_service (the
-# CHAIR service), launch_training (a verl recipe's launch, smoke included), launch_eval (the two
+# The steps live beside this dispatch, one job a module: args (the flags, the overrides, the
+# training command), recipes (what each recipe needs; LoRA and EXPERIMENT overrides), checks
+# (GPUs, verl, the preflight, files, the model, the plugin), service (the CHAIR service),
+# training (a verl recipe's launch, smoke included), evaluation (the two
 # evaluation scripts).
 
 
@@ -49,10 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        if "entropyrl.commands.eval_caption" in argv and "--" in argv:
+        if "entropyrl.commands.eval.caption" in argv and "--" in argv:
             return caption_evaluation(*parse_evaluation(argv))
         launch = parse(argv)
-        if "entropyrl.commands.evaluate" in launch.command:
+        if "entropyrl.commands.eval.fc" in launch.command:
             return function_calling_evaluation(launch)
         return run(launch)
     except Stop as stop:
@@ -74,7 +74,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("arguments", nargs=argparse.REMAINDER)
     parser.set_defaults(func=lambda args: main(args.arguments))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from entropyrl.commands.launch_args import Launch, Stop, say, script_help, usage_error
-from entropyrl.commands.launch_checks import note_no_gpu, require_file, require_gpu
+from entropyrl.commands.launch.args import Launch, Stop, say, script_help, usage_error
+from entropyrl.commands.launch.checks import note_no_gpu, require_file, require_gpu
 
 
 def option_value(command: Sequence[str], flag: str) -> str:
@@ -35,7 +35,7 @@ def with_dry_run(command: Sequence[str], module: str) -> list[str]:
     """`command` with `--dry-run` right after `-m module` (and its action, if any)."""
     words = list(command)
     at = words.index(module) + 1
-    if module == "entropyrl.commands.evaluate":
+    if module == "entropyrl.commands.eval.fc":
         at += 1
     return [*words[:at], "--dry-run", *words[at:]]
 
@@ -54,7 +54,7 @@ def read_env_file(path: Path) -> dict[str, str]:
 def caption_evaluation(launch: Launch, passthrough: Sequence[str]) -> int:
     """examples/eval_chair_mscoco.sh: the base model and each run of RUNS that has a checkpoint
     (CKPT_ROOT/<experiment>), or with --smoke the caption smoke's checkpoint beside its base."""
-    module = "entropyrl.commands.eval_caption"
+    module = "entropyrl.commands.eval.caption"
     command = with_dry_run(launch.command, module) if launch.dry_run else list(launch.command)
     if launch.smoke:
         evaluate = launch.command[: launch.command.index(module) + 1]
@@ -133,7 +133,7 @@ def _nonempty(path: Path) -> bool:
 
 def function_calling_evaluation(launch: Launch) -> int:
     """examples/eval_function_calling.sh: GPUs and the test split checked, then the comparison
-    (`entropyrl.commands.evaluate compare`)."""
+    (`entropyrl.commands.eval.fc compare`)."""
     if launch.overrides:
         launch.fail(f"unexpected arguments: {' '.join(launch.overrides)}")
     gpus = require_gpu(launch.fail)
@@ -146,7 +146,7 @@ def function_calling_evaluation(launch: Launch) -> int:
         )
         if gpus.here < 1:
             note_no_gpu(gpus, "generation", "")
-        command = with_dry_run(command, "entropyrl.commands.evaluate")
+        command = with_dry_run(command, "entropyrl.commands.eval.fc")
     return subprocess.run(command).returncode
 
 
