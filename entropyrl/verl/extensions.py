@@ -10,7 +10,7 @@ run's processes load neither.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import distributions
 from typing import Any
 
 GROUP = "entropyrl.extensions"
@@ -19,11 +19,17 @@ TRACE = "trace"  # the module that writes the smoke's per-sample rows
 
 
 def load(name: str) -> Any:
-    """The object entry point `name` of `GROUP` names; a clear error when it is not installed."""
-    found = entry_points(group=GROUP, name=name)
-    if not found:
-        raise RuntimeError(
-            f"entropyrl extension {name!r} is not installed (no entry point {name!r} in the "
-            f"group {GROUP!r}): reinstall entropyrl (`pip install -e .` in a checkout)"
-        )
-    return next(iter(found)).load()
+    """The object entry point `name` of `GROUP` names; a clear error when it is not installed.
+
+    Every copy of entropyrl's metadata on the path is searched, not only the first: an old
+    `entropyrl.egg-info` left in a checkout's root comes first on the path of a process started
+    there and would hide the installed entry points (`importlib.metadata.entry_points` keeps one
+    copy of each distribution)."""
+    for dist in distributions(name="entropyrl"):
+        found = dist.entry_points.select(group=GROUP, name=name)
+        if found:
+            return next(iter(found)).load()
+    raise RuntimeError(
+        f"entropyrl extension {name!r} is not installed (no entry point {name!r} in the group "
+        f"{GROUP!r}): reinstall entropyrl (`pip install -e .` in a checkout)"
+    )

@@ -103,8 +103,9 @@ def schedule_loss_problem(enabled: bool, loss_mode: Any) -> str | None:
 
 
 def clip_schedule_problems(config: Any) -> list[str]:
-    """The schedule switch against the loss key (`schedule_loss_problem`); for runs of the
-    entropy-aware trainer, the one that computes the bounds."""
+    """The schedule switch against the loss key (`schedule_loss_problem`) and the actor's
+    constant bound (`schedule_bound_problem`); for runs of the entropy-aware trainer, the one
+    that computes the bounds."""
     from omegaconf import OmegaConf
 
     try:

@@ -161,3 +161,24 @@ def test_the_quick_check_before_a_launch_imports_no_verl(monkeypatch):
     assert "VERL_USE_EXTERNAL_PLUGINS=none" in doctor.discovery_problem(fresh_import=False)
     monkeypatch.setattr(doctor, "entry_point_declared", lambda: False)
     assert "is not declared" in doctor.discovery_problem(fresh_import=False)
+
+
+def test_an_old_egg_info_on_the_path_does_not_hide_the_extensions(tmp_path, monkeypatch):
+    """A checkout's root can hold an `entropyrl.egg-info` from an older install; first on the
+    path, it shadows the installed metadata for `entry_points()`, so the extensions are looked
+    up in every copy."""
+    import importlib.metadata
+    import sys
+
+    from entropyrl.verl import extensions
+
+    old = tmp_path / "entropyrl.egg-info"
+    old.mkdir()
+    (old / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: entropyrl\nVersion: 0.1.0\n")
+    (old / "entry_points.txt").write_text("[verl.plugins]\nentropyrl = entropyrl.verl.plugin\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    shadowed = importlib.metadata.entry_points(group=extensions.GROUP, name=extensions.TRACE)
+    assert list(shadowed) == []  # what a lookup of the first copy alone would find
+    assert extensions.load(extensions.TRACE).__name__ == "entropyrl.rig.trace"
+    with pytest.raises(RuntimeError, match="is not installed"):
+        extensions.load("no-such-extension")
