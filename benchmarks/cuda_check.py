@@ -53,6 +53,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def _allocated(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _max_allocated(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def _median_seconds(fn, device: torch.device, repeats: int) -> float:
     fn()
     times = []
@@ -239,10 +252,6 @@ def entropy(device: torch.device, small: bool) -> dict[str, Any]:
 # local: the local runner's steps on the device, bf16 and float32
 
 
-def _peak_gib(device: torch.device) -> float | None:
-    return _gib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-
-
 def local(device: torch.device, small: bool, work: Path) -> dict[str, Any]:
     from entropyrl.rig.local.config import DemoConfig
     from entropyrl.rig.local.runner import CaptionSession, MetricsLog, run_rl, run_warmup
@@ -257,8 +266,7 @@ def local(device: torch.device, small: bool, work: Path) -> dict[str, Any]:
         for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
             session.restore(start_state)
             session.model.to(dtype)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
+            _reset_peak(device)
             log = MetricsLog(work / f"metrics-{label}.jsonl")
             steps = 5 if small else 40
             warm = run_warmup(
@@ -284,7 +292,7 @@ def local(device: torch.device, small: bool, work: Path) -> dict[str, Any]:
                     if k in ("loss", "entropy", "reward", "clip_high")
                 )
                 and math.isfinite(warm["loss"]),
-                "peak_gib": _peak_gib(device),
+                "peak_gib": _gib(_max_allocated(device)) if device.type == "cuda" else None,
             }
             session.model.to(torch.float32)
     return {"config": settings, "rows": rows}
@@ -362,19 +370,6 @@ def _recipe_step(model, batch, adv, mask, bounds) -> float:
     return float(loss.detach())
 
 
-def _allocated(device: torch.device) -> int:
-    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-
-
-def _max_allocated(device: torch.device) -> int:
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
-
-
-def _reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def _drop_grad(parameter: torch.Tensor) -> None:
     parameter.grad = None
 
@@ -399,7 +394,7 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
             config._attn_implementation = "sdpa"
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
+            _reset_peak(device)
             started = time.perf_counter()
             with torch.device(device):
                 model = Qwen2_5_VLForConditionalGeneration._from_config(

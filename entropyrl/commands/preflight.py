@@ -97,12 +97,12 @@ def config_path(recipe: str) -> Path:
 
 def verl_config_dir() -> Path:
     """verl's own config folder (`verl/trainer/config`), found without importing verl."""
-    import importlib.util
+    from entropyrl.verl.validation import verl_source_dir
 
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
+    folder = verl_source_dir()
+    if folder is None:
         raise ValueError("verl is not installed: pip install 'verl[verl-core]==0.9.1'")
-    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    return folder / "trainer" / "config"
 
 
 def compose_recipe(recipe: str, overrides: Sequence[str] = ()) -> Any:

@@ -9,6 +9,7 @@ by name (`entropyrl.verl.extensions`).
 
 from __future__ import annotations
 
+import functools
 import os
 from types import ModuleType
 
@@ -19,6 +20,13 @@ def recorder() -> ModuleType | None:
     """`entropyrl.rig.trace` when this process records ($ENTROPYRL_TRACE_DIR set), else None."""
     if not os.environ.get(TRACE_ENV):
         return None
+    return _trace_module()
+
+
+@functools.cache
+def _trace_module() -> ModuleType:
+    # Once per process: the loss asks on every micro-batch, and the lookup reads the metadata
+    # of every installed copy of entropyrl.
     from entropyrl.verl import extensions
 
     return extensions.load(extensions.TRACE)

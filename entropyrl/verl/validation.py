@@ -145,18 +145,26 @@ def trainer_problems(config: Any) -> list[str]:
     ]
 
 
+def verl_source_dir() -> Path | None:
+    """verl's installed package folder, found without importing verl (None when it is not
+    installed): what the checks that run before `import verl` read verl's own files from."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def verl_clip_ratio_high_default() -> float:
     """verl's own default of `actor.clip_ratio_high`, from the actor config every verl trainer
     config composes (`verl/trainer/config/actor/actor.yaml`), read without importing verl: the
     launch scripts' pre-flight checks a config in about a second, before verl is imported."""
-    import importlib.util
-
     from omegaconf import OmegaConf
 
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
+    folder = verl_source_dir()
+    if folder is None:
         raise RuntimeError("verl is not installed: its actor config is not there to read")
-    folder = Path(next(iter(spec.submodule_search_locations)))
     return float(
         OmegaConf.load(folder / "trainer" / "config" / "actor" / "actor.yaml").clip_ratio_high
     )
@@ -229,7 +237,6 @@ def registered_names() -> tuple[set[str], set[str]] | None:
     other than ours is installed: its names are known only by importing it."""
     import ast
     import importlib.metadata
-    import importlib.util
 
     core = sys.modules.get("verl.trainer.ppo.core_algos")
     if core is not None:
@@ -237,10 +244,10 @@ def registered_names() -> tuple[set[str], set[str]] | None:
     from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
 
     plugins = {entry.name for entry in importlib.metadata.entry_points(group="verl.plugins")}
-    spec = importlib.util.find_spec("verl")
-    if plugins - {"entropyrl"} or spec is None or not spec.submodule_search_locations:
+    folder = verl_source_dir()
+    if plugins - {"entropyrl"} or folder is None:
         return None
-    source = Path(next(iter(spec.submodule_search_locations))) / "trainer/ppo/core_algos.py"
+    source = folder / "trainer/ppo/core_algos.py"
     try:
         tree = ast.parse(source.read_text())
     except (OSError, SyntaxError):
