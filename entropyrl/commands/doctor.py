@@ -181,6 +181,7 @@ def _step(text: str) -> None:
 def run_recipe(args: argparse.Namespace) -> int:
     """`--recipe`: every check a training run of that recipe needs here, one line each."""
     from entropyrl.commands import preflight
+    from entropyrl.verl.checks import layout
 
     print(f"entropyrl doctor: can `{args.recipe}` train on this node?", flush=True)
     if not preflight.verl_installed():
@@ -197,7 +198,7 @@ def run_recipe(args: argparse.Namespace) -> int:
         findings.append(preflight.Finding("config", True, "algorithm settings and batch geometry"))
     findings += preflight.stack_findings(config)
     findings += preflight.gpu_findings(config)
-    findings += preflight.input_findings(config)
+    findings += layout.input_findings(config)
     findings += [f for f in preflight.prompt_findings(config) if f.ok]  # refusals: config
     findings += preflight.node_findings(config)
     for finding in findings:

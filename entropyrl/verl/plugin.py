@@ -5,7 +5,7 @@ Ray workers, reward workers) unless `VERL_USE_EXTERNAL_PLUGINS=none`. Importing 
 - advantage estimators `egpo`, `egpo_ratio`, `entropy_adv`, `maxent_grpo`;
 - the policy loss `per_sample_clip`;
 - the trainer `trainer.v1.trainer_mode=entropyrl`;
-- and the config checks of runs that use one of these (`entropyrl.verl.validation`).
+- and the config checks of runs that use one of these (`entropyrl.verl.checks.validation`).
 Only in a process that selects the CPU platform (`VERL_PLATFORM=cpu`, as the smoke and the CPU
 runs do) it also loads the CPU wing (`entropyrl.rig.cpu`): the platform `cpu`, its backend
 fixes and the rollout `actor_rollout_ref.rollout.name=hf`. A GPU run's processes import none of
@@ -28,7 +28,8 @@ from entropyrl.core.estimator_names import (
     cpu_selected,
 )
 from entropyrl.core.estimator_names import VERL_ESTIMATORS as ESTIMATORS
-from entropyrl.verl import extensions, validation
+from entropyrl.verl import extensions
+from entropyrl.verl.checks import validation
 
 CPU_RUN = cpu_selected()
 if CPU_RUN:

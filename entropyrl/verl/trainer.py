@@ -23,7 +23,7 @@ what was asked for (`entropyrl.verl.lost_samples`): samples lost to failed sessi
 CHAIR token, or when nothing arrived, the run stops with one line saying why.
 
 Around verl's checkpoints and validation:
-- every checkpoint gets the run's settings beside it (`entropyrl.verl.checkpoints`), which the
+- every checkpoint gets the run's settings beside it (`entropyrl.verl.checks.checkpoints`), which the
   plugin compares before Ray starts so that `resume_mode: auto` continues only the same run; a
   run resumed at or past its last step says there is nothing left to do; the file logger writes
   `metrics.jsonl` in the checkpoint folder unless `VERL_FILE_LOGGER_PATH` says otherwise, and a
@@ -53,7 +53,9 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import checkpoints, reward_failures
+from entropyrl.verl import reward_failures
+from entropyrl.verl.checks import checkpoints
+from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
 from entropyrl.verl.hooks import (
     build_step,
     chair_from_extra_fields,
@@ -73,7 +75,6 @@ from entropyrl.verl.lost_samples import (
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.tensors import padded
-from entropyrl.verl.validation import schedule_bound_problem, schedule_loss_problem
 
 TRAINER_MODE = VERL_TRAINER_MODE
 # Where to write the fully resolved config this run trains with (a reproducibility record).

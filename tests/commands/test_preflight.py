@@ -15,6 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from entropyrl.commands import preflight
+from entropyrl.verl.checks import layout, stack
 
 RECIPES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling", "egpo_ratio_mixed")
 
@@ -61,12 +62,12 @@ def test_an_unknown_recipe_names_the_known_ones():
 
 
 def test_verl_pins_are_read_from_verls_metadata():
-    pins = preflight.verl_pins("vllm")
-    assert preflight._pin(pins["torch"]) == "==2.11.0"
-    assert preflight._pin(pins["vllm"]) == "==0.24.0"
-    assert preflight._pin(pins["transformers"]) == "==5.9.0"
+    pins = stack.verl_pins("vllm")
+    assert stack._pin(pins["torch"]) == "==2.11.0"
+    assert stack._pin(pins["vllm"]) == "==0.24.0"
+    assert stack._pin(pins["transformers"]) == "==5.9.0"
     assert not pins["transformers"].contains("5.10.4")
-    base = preflight.verl_pins("verl-core")
+    base = stack.verl_pins("verl-core")
     assert base["transformers"].contains("5.10.4") and not base["transformers"].contains("5.11.0")
 
 
@@ -74,13 +75,13 @@ def test_flash_attn_is_needed_by_the_default_attention_and_by_qwen2_vl_remove_pa
     compose, tmp_path
 ):
     config = compose("chair_mscoco")
-    assert "flash_attention_2" in preflight.attention_needs_flash(config)
+    assert "flash_attention_2" in stack.attention_needs_flash(config)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     sdpa = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
     packed = compose("chair_mscoco", [sdpa, f"actor_rollout_ref.model.path={model}"])
-    assert "flash_attn_varlen_func" in preflight.attention_needs_flash(packed)
+    assert "flash_attn_varlen_func" in stack.attention_needs_flash(packed)
     padded = compose(
         "chair_mscoco",
         [
@@ -89,27 +90,27 @@ def test_flash_attn_is_needed_by_the_default_attention_and_by_qwen2_vl_remove_pa
             "actor_rollout_ref.model.use_remove_padding=false",
         ],
     )
-    assert preflight.attention_needs_flash(padded) is None
+    assert stack.attention_needs_flash(padded) is None
     text = compose("egpo_function_calling", [sdpa])  # Qwen3 text: verl patches no attention
-    assert preflight.attention_needs_flash(text) is None
+    assert stack.attention_needs_flash(text) is None
 
 
 def test_filesystem_type_reads_the_longest_mount_point(tmp_path):
-    assert preflight.filesystem_type(Path("/proc/self")) == "proc"
-    kind = preflight.filesystem_type(tmp_path / "not" / "there")
-    assert kind == preflight.filesystem_type(tmp_path) and kind is not None
+    assert layout.filesystem_type(Path("/proc/self")) == "proc"
+    kind = layout.filesystem_type(tmp_path / "not" / "there")
+    assert kind == layout.filesystem_type(tmp_path) and kind is not None
 
 
 def test_gpu_findings_say_what_the_process_sees(compose, monkeypatch):
     config = compose("chair_mscoco")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    (few,) = preflight.gpu_findings(config, visible=2)
+    (few,) = layout.gpu_findings(config, visible=2)
     assert not few.ok
     assert few.line == (
         "GPUs: 2 visible (CUDA_VISIBLE_DEVICES=0,1), the recipe uses 8 per node: set "
         "trainer.n_gpus_per_node=2 (or N_GPUS), or make more GPUs visible"
     )
-    (enough,) = preflight.gpu_findings(config, visible=8)
+    (enough,) = layout.gpu_findings(config, visible=8)
     assert enough.ok
 
 
@@ -130,27 +131,27 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch, driver: str) -> None:
 
 
 def test_a_driver_too_old_for_torchs_cuda_is_refused_with_the_fix():
-    (old,) = preflight.driver_findings("550.54.15", "2.11.0", "13.0")
+    (old,) = stack.driver_findings("550.54.15", "2.11.0", "13.0")
     assert not old.ok and old.blocking
     assert old.line == (
         "NVIDIA driver 550.54.15, torch 2.11.0 built for CUDA 13.0: CUDA 13 needs driver "
         "580.65.6 or newer (the R580 series); with this driver torch sees no GPU: upgrade the "
         "driver (PyPI's torch 2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
     )
-    assert preflight.driver_findings("580.65.06", "2.11.0", "13.0")[0].ok
-    assert preflight.driver_findings("550.54.15", "2.11.0", "12.8")[0].ok
-    assert not preflight.driver_findings("520.61.05", "2.11.0", "12.8")[0].ok
-    assert preflight.driver_findings(None, "2.11.0", "13.0") == []  # no driver: nothing to judge
+    assert stack.driver_findings("580.65.06", "2.11.0", "13.0")[0].ok
+    assert stack.driver_findings("550.54.15", "2.11.0", "12.8")[0].ok
+    assert not stack.driver_findings("520.61.05", "2.11.0", "12.8")[0].ok
+    assert stack.driver_findings(None, "2.11.0", "13.0") == []  # no driver: nothing to judge
 
 
 def test_the_driver_is_read_from_nvidia_smi(tmp_path, monkeypatch):
     """The real query path with a stand-in `nvidia-smi`; this machine's torch is a CPU build,
     which a node with a driver must not keep."""
     fake_nvidia_smi(tmp_path, monkeypatch, "550.54.15")
-    assert preflight.nvidia_driver() == "550.54.15"
-    version, cuda = preflight.torch_build()
+    assert stack.nvidia_driver() == "550.54.15"
+    version, cuda = stack.torch_build()
     assert cuda is None  # the CPU wheel
-    (finding,) = preflight.driver_findings(preflight.nvidia_driver(), version, cuda)
+    (finding,) = stack.driver_findings(stack.nvidia_driver(), version, cuda)
     assert finding.line == (
         f"torch {version} is a CPU build on a node with NVIDIA driver 550.54.15: pip install -e "
         "'.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)"
@@ -172,7 +173,7 @@ def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_util
         "find_spec",
         lambda name, *a: None if name in ("torchvision", "qwen_vl_utils") else real(name, *a),
     )
-    lines = [f.line for f in preflight.vision_stack_findings(cfg) if not f.ok]
+    lines = [f.line for f in stack.vision_stack_findings(cfg) if not f.ok]
     assert lines == [
         "torchvision: not installed, and verl's dataset and agent loop read qwen2_5_vl's images "
         "through qwen_vl_utils: pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch "
@@ -188,9 +189,9 @@ def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_util
             "data.custom_cls.name=PillowRLHFDataset",
         ],
     )
-    assert preflight.vision_stack_findings(pillow) == []  # the CPU smoke's dataset needs neither
+    assert stack.vision_stack_findings(pillow) == []  # the CPU smoke's dataset needs neither
     text = compose("egpo_function_calling")
-    assert preflight.vision_stack_findings(text) == []
+    assert stack.vision_stack_findings(text) == []
 
 
 # -- names verl does not know ---------------------------------------------------------------------
@@ -205,7 +206,7 @@ def test_the_names_read_before_verl_loads_are_its_registries():
 
     code = (
         "import json, sys\n"
-        "from entropyrl.verl.validation import registered_names\n"
+        "from entropyrl.verl.checks.validation import registered_names\n"
         "estimators, losses = registered_names()\n"
         "assert 'verl' not in sys.modules\n"
         "print(json.dumps([sorted(estimators), sorted(losses)]))\n"

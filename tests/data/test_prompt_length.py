@@ -167,7 +167,7 @@ def recipe(model_dir: Path, data: Path, *overrides: str):
 
 
 def test_the_preflight_proves_the_recipes_prompts_fit(model_dir, coco_data):
-    from entropyrl.commands.preflight import prompt_findings
+    from entropyrl.verl.checks.layout import prompt_findings
 
     config = recipe(model_dir, coco_data)
     assert config.data.filter_overlong_prompts is False  # the recipe's
@@ -182,7 +182,7 @@ def test_the_preflight_proves_the_recipes_prompts_fit(model_dir, coco_data):
 
 
 def test_a_prompt_limit_below_the_longest_prompt_is_refused(model_dir, coco_data):
-    from entropyrl.commands.preflight import prompt_findings
+    from entropyrl.verl.checks.layout import prompt_findings
 
     prompt = json.loads((coco_data / "manifest.json").read_text())["prompts"][0]
     longest = prompt_tokens(model_dir, prompt, [(112, 112)])
@@ -200,7 +200,7 @@ def test_a_prompt_limit_below_the_longest_prompt_is_refused(model_dir, coco_data
 def test_data_without_recorded_sizes_is_refused_unless_verl_filters(model_dir, coco_data, tmp_path):
     import shutil
 
-    from entropyrl.commands.preflight import prompt_findings
+    from entropyrl.verl.checks.layout import prompt_findings
 
     data = tmp_path / "data"
     shutil.copytree(coco_data, data)
@@ -215,7 +215,7 @@ def test_data_without_recorded_sizes_is_refused_unless_verl_filters(model_dir, c
 
 
 def test_a_context_shorter_than_prompt_and_response_is_refused(model_dir, coco_data):
-    from entropyrl.commands.preflight import prompt_findings
+    from entropyrl.verl.checks.layout import prompt_findings
 
     config = recipe(model_dir, coco_data, "actor_rollout_ref.rollout.max_model_len=1024")
     (refusal,) = [f for f in prompt_findings(config) if not f.ok]

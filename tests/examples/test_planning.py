@@ -65,12 +65,14 @@ def test_the_doctor_without_verl_names_the_cpu_route(tmp_path) -> None:
 
 def test_a_version_off_verls_pins_is_a_warning_in_the_doctor(monkeypatch, capsys) -> None:
     from entropyrl.cli import main
-    from entropyrl.commands import preflight
+    from entropyrl.verl.checks import findings
 
-    real = preflight._version
-    monkeypatch.setattr(
-        preflight, "_version", lambda name: "4.40.0" if name == "transformers" else real(name)
-    )
+    real = findings.installed_version
+    for module in ("stack", "findings"):
+        monkeypatch.setattr(
+            f"entropyrl.verl.checks.{module}.{'_version' if module == 'stack' else 'installed_version'}",
+            lambda name: "4.40.0" if name == "transformers" else real(name),
+        )
     main(["doctor", "--recipe", "chair_mscoco", "actor_rollout_ref.rollout.name=hf"])
     lines = capsys.readouterr().out.splitlines()
     version = [

@@ -204,7 +204,7 @@ def test_several_nodes_need_a_shared_checkpoint_folder(tmp_path):
     )
     local = tmp_path / "checkpoints"
     args = ("trainer.nnodes=2", f"trainer.default_local_dir={local}", *NO_VLLM_NO_FLASH)
-    from entropyrl.commands.preflight import LOCAL_FILESYSTEMS, filesystem_type
+    from entropyrl.verl.checks.layout import LOCAL_FILESYSTEMS, filesystem_type
 
     if filesystem_type(local) in LOCAL_FILESYSTEMS:
         on_local_disk = launch(tmp_path, "chair_mscoco.sh", *args, env=env)

@@ -1,4 +1,4 @@
-"""`entropyrl.verl.budget`: the dry-run's figures against their sources. The image tensors'
+"""`entropyrl.verl.checks.budget`: the dry-run's figures against their sources. The image tensors'
 bytes against what the processor itself returns for real-size images, the steps against verl's
 own dataloader arithmetic, the checkpoint bytes against a real verl checkpoint (the caption
 smoke's, tests/rig/smoke/test_smoke.py), and the dry-run printing them."""
@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from entropyrl.data.prompt_length import VisionGrid
-from entropyrl.verl import budget
+from entropyrl.verl.checks import budget
 
 REAL_SIZES = [(640, 480), (500, 375), (427, 640), (97, 33)]
 

@@ -1,6 +1,6 @@
 """Checkpoints continue only the run that wrote them; validation means survive unscored captions.
 
-The decisions of `entropyrl.verl.checkpoints` on folders laid out as verl 0.9.1 writes them
+The decisions of `entropyrl.verl.checks.checkpoints` on folders laid out as verl 0.9.1 writes them
 (`global_step_N/`, `latest_checkpointed_iteration.txt`), the trainer's file logger for a
 resumed run (verl's own `FileLogger` underneath), and the trainer's validation metrics through
 verl's own `process_validation_metrics`. The whole path (a killed smoke resumed, another
@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from entropyrl.verl import checkpoints
+from entropyrl.verl.checks import checkpoints
 
 
 @pytest.fixture

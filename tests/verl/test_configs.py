@@ -224,7 +224,7 @@ def test_a_config_that_cannot_run_stops_main_ppo_in_one_line(
 def test_validate_config_raises_when_called_from_python(compose):
     from verl.utils.config import validate_config
 
-    from entropyrl.verl.validation import ConfigRefusal
+    from entropyrl.verl.checks.validation import ConfigRefusal
 
     config = compose("chair_mscoco", ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
     with pytest.raises(ConfigRefusal) as refusal:
@@ -287,7 +287,7 @@ def test_validation_runs_in_bounded_batches_and_verl_does_not_filter(compose):
 
 def test_a_training_set_smaller_than_a_step_is_refused(compose, tmp_path):
     from entropyrl.core.files import write_parquet
-    from entropyrl.verl.validation import data_problems
+    from entropyrl.verl.checks.validation import data_problems
 
     data = tmp_path / "train.parquet"
     write_parquet([{"prompt": [{"role": "user", "content": "hi"}]}] * 3, data)
@@ -338,7 +338,7 @@ def test_a_run_of_verls_own_trainer_keeps_verls_behaviour(compose, tmp_path):
     training set smaller than a step, the prompt bound) apply to the entropy-aware trainer's
     runs only: the plugin loads into every verl process."""
     from entropyrl.core.files import write_parquet
-    from entropyrl.verl.validation import config_problems
+    from entropyrl.verl.checks.validation import config_problems
 
     data = tmp_path / "train.parquet"
     write_parquet([{"prompt": [{"role": "user", "content": "hi"}]}] * 3, data)

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from entropyrl.verl.geometry import batch_geometry, describe, divisors, geometry_problems
+from entropyrl.verl.checks.geometry import batch_geometry, describe, divisors, geometry_problems
 
 RECIPES = ("chair_mscoco", "egpo_function_calling", "grpo_function_calling", "egpo_ratio_mixed")
 LAYOUTS = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (8, 8))  # (nodes, GPUs per node)

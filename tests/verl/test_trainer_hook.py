@@ -374,7 +374,7 @@ def test_init_end_rejects_a_loss_that_contradicts_the_schedule(compose):
 
 
 def test_the_config_check_refuses_a_loss_that_contradicts_the_schedule(compose):
-    from entropyrl.verl.validation import clip_schedule_problems
+    from entropyrl.verl.checks.validation import clip_schedule_problems
 
     overrides = ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]
     problems = clip_schedule_problems(compose("chair_mscoco", overrides))
@@ -387,7 +387,10 @@ def test_the_config_check_refuses_a_loss_that_contradicts_the_schedule(compose):
 def test_a_constant_bound_the_schedule_would_not_read_is_refused(compose):
     """With the schedule on, actor.clip_ratio_high other than the schedule's low (the recipe's
     interpolation) or verl's default is a bound the user expects to act: one line."""
-    from entropyrl.verl.validation import clip_schedule_problems, verl_clip_ratio_high_default
+    from entropyrl.verl.checks.validation import (
+        clip_schedule_problems,
+        verl_clip_ratio_high_default,
+    )
 
     overrides = ["actor_rollout_ref.actor.clip_ratio_high=0.4"]
     problems = clip_schedule_problems(compose("chair_mscoco", overrides))
@@ -435,7 +438,7 @@ def test_a_constant_bound_the_schedule_would_not_read_is_refused(compose):
 def test_verls_own_trainer_refuses_the_schedule_it_would_ignore(compose):
     """A run of verl's trainer that switches our schedule on uses a part of the plugin (the key
     is ours): refused in one line. With the schedule off it is verl's run alone."""
-    from entropyrl.verl.validation import config_problems, uses_entropyrl
+    from entropyrl.verl.checks.validation import config_problems, uses_entropyrl
 
     plain = ["trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo",
              "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]  # fmt: skip

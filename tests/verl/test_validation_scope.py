@@ -15,7 +15,7 @@ verl = pytest.importorskip("verl")
 
 from verl.utils import config as verl_config  # noqa: E402
 
-from entropyrl.verl import checkpoints, validation  # noqa: E402
+from entropyrl.verl.checks import checkpoints, validation  # noqa: E402
 
 VERL_CONFIGS = Path(verl.__file__).parent / "trainer" / "config"
 # A small GRPO run of verl's own config: every batch size set, one GPU.

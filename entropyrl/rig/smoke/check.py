@@ -385,7 +385,7 @@ def check_metrics(
 
 
 def check_checkpoint(config: Any, steps: int, *, ours: bool = True) -> list[str]:
-    from entropyrl.verl.checkpoints import SETTINGS_FILE, checkpoint_folder, latest_step
+    from entropyrl.verl.checks.checkpoints import SETTINGS_FILE, checkpoint_folder, latest_step
 
     folder = checkpoint_folder(config)
     if config.trainer.save_freq <= 0:

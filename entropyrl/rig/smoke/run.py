@@ -119,7 +119,7 @@ def write_run_files(
     # Hydra's own output folder (its .hydra/ and log) goes under the run, not the current one.
     overrides = [*run_overrides(settings, assets, out), f"hydra.run.dir={out / 'hydra'}"]
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
-    from entropyrl.verl.checkpoints import latest_step
+    from entropyrl.verl.checks.checkpoints import latest_step
 
     if latest_step(out / "checkpoints") is None:
         (out / "metrics.jsonl").unlink(missing_ok=True)

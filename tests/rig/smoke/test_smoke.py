@@ -254,9 +254,9 @@ def test_the_checkpoint_merges_into_the_trained_model_that_captions(caption_run,
         start.update(load_file(path))
     assert saved.keys() == start.keys()
     assert any(not torch.equal(saved[k].float(), start[k].float()) for k in saved)  # RL moved them
-    # the dry-run's disk figure (entropyrl.verl.budget): the fp32 model and Adam's moments,
+    # the dry-run's disk figure (entropyrl.verl.checks.budget): the fp32 model and Adam's moments,
     # 12 bytes a parameter, against what verl wrote (observed 1.01x: pickling and the step)
-    from entropyrl.verl import budget
+    from entropyrl.verl.checks import budget
 
     written = sum(path.stat().st_size for path in actor.glob("*_world_size_1_rank_0.pt"))
     expected = budget.checkpoint_bytes(budget.parameter_count(base))

@@ -117,7 +117,7 @@ NOT_CHANGED_BY_DEFAULT = {
 @pytest.mark.parametrize("task", smoke_settings.TASKS)
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_the_smoke_keeps_the_recipes_shape(task, ranks, tmp_path):
-    from entropyrl.verl.geometry import batch_geometry, geometry_problems
+    from entropyrl.verl.checks.geometry import batch_geometry, geometry_problems
 
     settings = smoke_settings.default_settings(task, ranks=ranks)
     config = preflight.compose_recipe(

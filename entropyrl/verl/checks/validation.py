@@ -9,7 +9,7 @@ log-prob passes have run:
 
 - an unknown or out-of-range key of our `algorithm.*` sections (`entropyrl.core.specs`), e.g.
   `algorithm.clip_schedule.treshold`;
-- a batch geometry verl would assert on later (`entropyrl.verl.geometry`), e.g. a micro-batch
+- a batch geometry verl would assert on later (`entropyrl.verl.checks.geometry`), e.g. a micro-batch
   that does not divide a rank's share of the mini-batch on this layout;
 - with the entropy-aware trainer only (`trainer.v1.trainer_mode=entropyrl`; a run that uses none
   of the plugin's parts keeps verl's behaviour): an advantage estimator or policy loss verl does
@@ -19,10 +19,10 @@ log-prob passes have run:
   an `actor.clip_ratio_high` the schedule would leave unread (a value other than the schedule's
   `low` or verl's default); a training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
-  its response (`entropyrl.verl.prompt_bound`);
+  its response (`entropyrl.verl.checks.prompt_bound`);
 - with verl's own trainer, `algorithm.clip_schedule.enable=true`, which that trainer ignores;
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
-  continue (`entropyrl.verl.checkpoints`); a run whose checkpoint is already at its last step
+  continue (`entropyrl.verl.checks.checkpoints`); a run whose checkpoint is already at its last step
   says there is nothing left to do and exits 0.
 
 Under Hydra's command line each problem is one line on stderr and the process exits with 2 (no
@@ -61,7 +61,7 @@ def config_problems(
     config: Any, *, use_reference_policy: bool, use_critic: bool = False
 ) -> list[str]:
     """Every reason this config cannot train, one line each (empty when it can)."""
-    from entropyrl.verl.geometry import geometry_problems
+    from entropyrl.verl.checks.geometry import geometry_problems
 
     problems = []
     try:
@@ -73,7 +73,7 @@ def config_problems(
     )
     if not uses_our_trainer(config):  # verl's own trainer: only what verl itself would refuse
         return problems + trainer_problems(config)
-    from entropyrl.verl.prompt_bound import prompt_bound
+    from entropyrl.verl.checks.prompt_bound import prompt_bound
 
     problems = registry_problems(config) + problems + clip_schedule_problems(config)
     problems += data_problems(config)
@@ -303,7 +303,7 @@ def data_problems(config: Any) -> list[str]:
     or not parquet are left to verl's own error."""
     from omegaconf import OmegaConf
 
-    from entropyrl.verl.budget import data_files, parquet_rows
+    from entropyrl.verl.checks.budget import data_files, parquet_rows
 
     files = data_files(config, "data.train_files")
     batch = OmegaConf.select(config, "data.train_batch_size", default=None)
@@ -344,7 +344,7 @@ def check_resume(config: Any) -> None:
     Only under Hydra's command line: called from Python, verl's own resume logic stands."""
     if not _hydra_command_line():
         return
-    from entropyrl.verl.checkpoints import resume_decision
+    from entropyrl.verl.checks.checkpoints import resume_decision
 
     decision = resume_decision(config)
     if decision.kind == "other_run":

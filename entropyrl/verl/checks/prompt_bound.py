@@ -4,7 +4,7 @@ verl's `data.filter_overlong_prompts` opens and processes every image of both sp
 first step; the caption recipe turns it off and this check proves the bound instead, from the
 image sizes and prompts `entropyrl prepare coco` records in each data folder's `manifest.json`
 (`entropyrl.data.prompt_length`: verl's own count, tested). Run before Ray by the launch's
-preflight and by `main_ppo`'s validation (`entropyrl.verl.validation`).
+preflight and by `main_ppo`'s validation (`entropyrl.verl.checks.validation`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def prompt_bound(config: Any) -> list[tuple[bool, str]]:
         or (folder / "processor_config.json").is_file()
     ):
         return findings  # no model here yet, or a text model: no images to bound
-    from entropyrl.verl.budget import data_files
+    from entropyrl.verl.checks.budget import data_files
 
     files = data_files(config, "data.train_files") + data_files(config, "data.val_files")
     if not files or not all(Path(str(f)).is_file() for f in files):

@@ -1,0 +1,282 @@
+"""The software stack a GPU recipe needs: verl, vLLM, torch, transformers, flash-attn, the
+vision packages, and the NVIDIA driver against the CUDA torch was built for."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from entropyrl.verl.checks.findings import Finding
+from entropyrl.verl.checks.findings import installed_version as _version
+from entropyrl.verl.checks.findings import select as _select
+
+SUPPORTED_VERL = "0.9.1"
+# Attention implementations verl's FSDP engine asks transformers for that need flash-attn.
+FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
+# verl 0.9.1 patches the Qwen2-VL / Qwen2.5-VL attention for remove-padding with
+# flash_attn_varlen_func (verl/models/transformers/qwen2_vl.py), whatever the implementation.
+FLASH_VARLEN_MODELS = ("qwen2_vl", "qwen2_5_vl")
+# What a GPU node installs (verl[vllm] at verl's pins, and ours): never a CPU machine's advice.
+GPU_INSTALL = "on the GPU node: pip install -e '.[gpu]' (docs/install.md)"
+# Without verl (and the Hydra it brings) no recipe can be composed. A planning machine needs
+# the CPU route, a GPU node the gpu extra: never the other way round (docs/install.md).
+NO_VERL = (
+    "verl is not installed (nor Hydra, which comes with it), so the recipe cannot be composed: "
+    "to plan on a CPU machine, the CPU route: pip install torch==2.13.0, then pip install -e "
+    "'.[local,verl]' (or bash tools/setup.sh dev; docs/install.md), never the gpu extra there; "
+    "on a GPU node: pip install -e '.[gpu]'"
+)
+
+
+def verl_pins(extra: str = "vllm") -> dict[str, Any]:
+    """{package: SpecifierSet} that verl 0.9.1 requires with `extra` (and in its base)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    pins: dict[str, Any] = {}
+    for text in requires("verl") or ():
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if marker is None or marker.evaluate({"extra": extra}):
+            name = requirement.name.lower()
+            if name in pins:
+                pins[name] = pins[name] & requirement.specifier
+            else:
+                pins[name] = requirement.specifier
+    return pins
+
+
+def model_type(model_path: str) -> str | None:
+    """`model_type` of a local checkpoint's config.json, or a guess from a hub id."""
+    import json
+
+    config = Path(model_path) / "config.json"
+    if config.is_file():
+        try:
+            return str(json.loads(config.read_text()).get("model_type") or "") or None
+        except (OSError, ValueError):
+            return None
+    name = model_path.lower()
+    if "qwen2.5-vl" in name or "qwen2_5_vl" in name:
+        return "qwen2_5_vl"
+    if "qwen2-vl" in name:
+        return "qwen2_vl"
+    if "qwen3-vl" in name:
+        return "qwen3_vl"
+    return None
+
+
+IMAGE_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+PILLOW_DATASET = "entropyrl.rig.dataset"  # data.custom_cls that needs neither (CPU runs)
+
+
+def vision_stack_findings(config: Any) -> list[Finding]:
+    """An image model through verl's own dataset and agent loop needs `qwen_vl_utils` and the
+    torchvision it imports: without them verl's length filter drops every image row (an
+    exception in its `doc2len` counts as too long) and every rollout fails."""
+    import importlib.util
+
+    kind = model_type(str(_select(config, "actor_rollout_ref.model.path", "")))
+    custom = str(_select(config, "data.custom_cls.path", "") or "")
+    if kind not in IMAGE_MODELS or PILLOW_DATASET in custom:
+        return []
+    findings = []
+    for module, install in (
+        ("torchvision", "pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch 2.11)"),
+        ("qwen_vl_utils", "pip install qwen-vl-utils"),
+    ):
+        found = importlib.util.find_spec(module) is not None
+        findings.append(
+            Finding(
+                "stack",
+                found,
+                f"{module}: "
+                + (
+                    "importable"
+                    if found
+                    else f"not installed, and verl's dataset and agent loop read {kind}'s images "
+                    f"through qwen_vl_utils: {install}"
+                ),
+            )
+        )
+    return findings
+
+
+def attention_needs_flash(config: Any) -> str | None:
+    """Why this config needs the flash-attn package in the actor and reference (None: it
+    does not). vLLM brings its own kernels for the rollout."""
+    attention = _select(
+        config, "actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2"
+    )
+    if attention in FLASH_ATTENTION:
+        return (
+            f"the actor's attention is {attention} (verl's default; "
+            "actor_rollout_ref.model.override_config.attn_implementation)"
+        )
+    kind = model_type(str(_select(config, "actor_rollout_ref.model.path", "")))
+    if _select(config, "actor_rollout_ref.model.use_remove_padding", False) and (
+        kind in FLASH_VARLEN_MODELS
+    ):
+        return (
+            f"verl's remove-padding patch for {kind} calls flash_attn_varlen_func "
+            "(actor_rollout_ref.model.use_remove_padding=true)"
+        )
+    return None
+
+
+# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes,
+# "CUDA Toolkit and Minimum Required Driver Version"): minor-version compatibility holds within
+# a major version, not across.
+DRIVER_FOR_CUDA = {13: (580, 65, 6), 12: (525, 60, 13), 11: (450, 80, 2)}
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version `nvidia-smi` reports (first GPU), None without one."""
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = result.stdout.split()
+    if result.returncode != 0 or not lines or not re.fullmatch(r"\d+(\.\d+)+", lines[0]):
+        return None
+    return lines[0]
+
+
+def torch_build() -> tuple[str | None, str | None]:
+    """(torch's version, the CUDA version it was built for; None for a CPU build)."""
+    version = _version("torch")
+    if version is None:
+        return None, None
+    import torch
+
+    return version, torch.version.cuda
+
+
+def driver_findings(
+    driver: str | None, torch_version: str | None, cuda: str | None
+) -> list[Finding]:
+    """The node's NVIDIA driver against the CUDA the installed torch was built for: a driver too
+    old for it leaves `torch.cuda.is_available()` False while `nvidia-smi` lists every GPU."""
+    try:
+        have = tuple(int(part) for part in (driver or "").split("."))
+    except ValueError:
+        have = ()
+    if not have or torch_version is None:
+        return []  # no NVIDIA driver to judge (the GPU check says so) or no torch (above)
+    if cuda is None:
+        return [
+            Finding(
+                "stack",
+                False,
+                f"torch {torch_version} is a CPU build on a node with NVIDIA driver {driver}: "
+                "pip install -e '.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)",
+            )
+        ]
+    major = int(cuda.split(".")[0])
+    need = DRIVER_FOR_CUDA.get(major)
+    ok = need is None or have >= need
+    line = f"NVIDIA driver {driver}, torch {torch_version} built for CUDA {cuda}"
+    if not ok:
+        line += (
+            f": CUDA {major} needs driver {'.'.join(map(str, need))} or newer (the R{need[0]} "
+            "series); with this driver torch sees no GPU: upgrade the driver (PyPI's torch "
+            "2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
+        )
+    return [Finding("stack", ok, line)]
+
+
+def stack_findings(config: Any) -> list[Finding]:
+    """verl, vLLM, torch, transformers and flash-attn as the GPU recipe needs them."""
+    from packaging.version import Version
+
+    findings = []
+    verl_version = _version("verl")
+    findings.append(
+        Finding(
+            "stack",
+            verl_version == SUPPORTED_VERL,
+            f"verl {verl_version or 'not installed'}"
+            + (
+                ""
+                if verl_version == SUPPORTED_VERL
+                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; {GPU_INSTALL}"
+            ),
+        )
+    )
+    rollout = _select(config, "actor_rollout_ref.rollout.name", "vllm")
+    pins = verl_pins("vllm" if rollout == "vllm" else "verl-core") if verl_version else {}
+    wanted = ["transformers"] + (["vllm", "torch"] if rollout == "vllm" else [])
+    for name in wanted:
+        found = _version(name)
+        spec = pins.get(name)
+        if found is None:
+            findings.append(
+                Finding(
+                    "stack",
+                    False,
+                    f"{name} is not installed (rollout '{rollout}'): {GPU_INSTALL} "
+                    f"(verl's pin: {name}{_pin(spec)})",
+                )
+            )
+            continue
+        ok = spec is None or Version(found.split("+")[0]) in spec
+        pin = _pin(spec)
+        if ok:
+            line = f"{name} {found}" + (f" (verl {SUPPORTED_VERL} pins {name}{pin})" if pin else "")
+        else:
+            line = (
+                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; {GPU_INSTALL} installs "
+                "the tested stack"
+            )
+        findings.append(Finding("stack", ok, line, blocking=False))
+    driver = nvidia_driver()  # torch is imported only where there is a driver to compare
+    findings += driver_findings(driver, *(torch_build() if driver else (None, None)))
+    findings += vision_stack_findings(config)
+    why = attention_needs_flash(config)
+    if why is not None:
+        available = _flash_attn_importable()
+        findings.append(
+            Finding(
+                "stack",
+                available,
+                "flash-attn: "
+                + (
+                    "importable"
+                    if available
+                    else f"not installed, and {why}: MAX_JOBS=8 pip install flash-attn==2.8.3 "
+                    "--no-build-isolation (after torch), or run without it: "
+                    "actor_rollout_ref.model.use_remove_padding=false "
+                    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+                ),
+            )
+        )
+    return findings
+
+
+def _pin(spec: Any) -> str:
+    """`==5.9.0` when the specifier pins one version, else the specifier ('' for none)."""
+    if spec is None:
+        return ""
+    exact = [str(item) for item in spec if item.operator == "=="]
+    return exact[0] if exact else str(spec)
+
+
+def _flash_attn_importable() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        return False
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # an install built for another torch or CUDA fails at import
+        return False
+    return True
