@@ -36,8 +36,10 @@
 #                       1e-5); works with --smoke too (docs/lora.md)
 #   EXPERIMENT          entropyrl (the recipe, default), baseline (GRPO, no schedule), penalty
 #                       (GRPO, reward CIDEr-D - 1.0 x hallucinated mentions) or reversed (clean
-#                       0.5 / hallucinating 0.3): each under its own experiment name, compared
-#                       by examples/eval_chair_mscoco.sh
+#                       0.5 / hallucinating 0.3): each under its own experiment name, which
+#                       carries the model (chair_mscoco_qwen2_5_vl_7b_baseline for
+#                       MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct), so each model's set has its own
+#                       checkpoint folders; compared by MODEL_PATH=... examples/eval_chair_mscoco.sh
 #   SMOKE_MODEL         --smoke's tiny policy: qwen2_5_vl (the recipe's, default) or qwen3_vl
 #   PYTHON, DRY_RUN=1   interpreter; print the commands instead of running them
 #
@@ -51,7 +53,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
+# exported: the run name (trainer.experiment_name) carries the model
+export MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
 DATA_DIR="${DATA_DIR:-$root/data/coco}"
 
 # `entropyrl launch` checks and starts what the run needs (above), then runs this command with

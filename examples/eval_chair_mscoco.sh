@@ -7,6 +7,9 @@
 #
 # usage: bash examples/eval_chair_mscoco.sh [--dry-run] [--out DIR] [entropyrl eval caption flags]
 #        bash examples/eval_chair_mscoco.sh --smoke [--out DIR]
+#   e.g. MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct bash examples/eval_chair_mscoco.sh: the 7B base
+#        and its four EXPERIMENT runs of examples/chair_mscoco.sh, into
+#        eval/chair_mscoco_qwen2_5_vl_7b (the folder carries the model unless --out names one)
 #
 # --smoke: on the CPU, the caption smoke's checkpoint (SMOKE_RUN; `bash examples/chair_mscoco.sh
 # --smoke` runs first when it has none) beside its base model, on the generated world's held-out
@@ -14,13 +17,16 @@
 # The same command after an interruption merges and generates only what is missing.
 #
 # environment:
-#   MODEL_PATH    the base model (default Qwen/Qwen2.5-VL-3B-Instruct: a local folder or a cached hub id)
+#   MODEL_PATH    the model whose comparison set is evaluated (default Qwen/Qwen2.5-VL-3B-Instruct:
+#                 a local folder or a cached hub id, as given to examples/chair_mscoco.sh): the
+#                 base, and the runs examples/chair_mscoco.sh trained from it with each EXPERIMENT
 #   CKPT_ROOT     verl's checkpoint root of the runs (default ./checkpoints/entropyrl, where verl
 #                 writes when training ran from this folder)
-#   RUNS          NAME=EXPERIMENT pairs, each $CKPT_ROOT/<experiment> (default: the runs of
-#                 EXPERIMENT=baseline|entropyrl|penalty in examples/chair_mscoco.sh:
-#                 "baseline=chair_mscoco_baseline entropyrl=chair_mscoco penalty=chair_mscoco_penalty");
-#                 a run without a checkpoint is left out with a note
+#   RUNS          NAME=EXPERIMENT_NAME pairs, each $CKPT_ROOT/<experiment name> (default:
+#                 MODEL_PATH's four runs; for Qwen/Qwen2.5-VL-7B-Instruct
+#                 "baseline=chair_mscoco_qwen2_5_vl_7b_baseline entropyrl=..._entropyrl
+#                 penalty=..._penalty reversed=..._reversed"); a run without a checkpoint is
+#                 left out with a note
 #   DATA_DIR      output of `entropyrl prepare coco` (default data/coco): test.parquet holds the
 #                 held-out images the CHAIR set is drawn from
 #   COCO_ANNOTATIONS  COCO 2014 annotation folder: CHAIR's ground truth (instances + captions of
@@ -36,8 +42,8 @@ MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}"
 DATA_DIR="${DATA_DIR:-$root/data/coco}"
 
 # `entropyrl launch` runs this command with a --model NAME=FOLDER for each run of RUNS that has
-# a checkpoint, COCO_ANNOTATIONS, POPE_DIR and IMAGE_LIST, and your flags last (--out replaces
-# the folder below); with --smoke, the caption smoke's model, data and checkpoint instead.
+# a checkpoint, COCO_ANNOTATIONS, POPE_DIR and IMAGE_LIST, and your flags last (the folder below
+# gets _<model> appended; --out replaces it); with --smoke, the caption smoke's model, data and checkpoint instead.
 exec "$PYTHON" -m entropyrl launch "$0" "$@" -- \
   "$PYTHON" -m entropyrl.commands.eval.caption --out "$root/eval/chair_mscoco" \
   --data "$DATA_DIR" --tensor-parallel-size "${TP:-1}" --model "base=$MODEL_PATH"

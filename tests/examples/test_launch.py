@@ -80,7 +80,15 @@ def test_lora_and_experiment_overrides(monkeypatch) -> None:
     assert launch_recipes.lora_overrides("text", problems.append) == []
     assert problems == ["LORA_RANK must be a whole number (0: full fine-tuning), got 'x'"]
     monkeypatch.setenv("EXPERIMENT", "penalty")
-    assert "trainer.experiment_name=chair_mscoco_penalty" in launch_recipes.experiment_overrides()
+    monkeypatch.delenv("MODEL_PATH", raising=False)
+    penalty = launch_recipes.experiment_overrides()
+    assert penalty[-1] == "trainer.experiment_name=chair_mscoco_qwen2_5_vl_3b_penalty"
+    monkeypatch.setenv("MODEL_PATH", "/models/Qwen2.5-VL-7B-Instruct")
+    seven = launch_recipes.experiment_overrides()
+    assert seven[-1] == "trainer.experiment_name=chair_mscoco_qwen2_5_vl_7b_penalty"
+    assert launch_recipes.experiment_overrides("Qwen/Qwen3-VL-4B-Instruct")[-1].endswith(
+        "=chair_mscoco_qwen3_vl_4b_penalty"
+    )
     monkeypatch.setenv("EXPERIMENT", "nope")
     with pytest.raises(Stop):
         launch_recipes.experiment_overrides()

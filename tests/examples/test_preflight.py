@@ -116,7 +116,7 @@ def test_the_dry_run_prints_the_split_a_rank_gets(tmp_path):
     ]
     # the checkpoint folder of a multi-node run must be shared: noted in a dry run
     assert (
-        "would stop: trainer.default_local_dir=checkpoints/entropyrl/chair_mscoco is relative"
+        "would stop: trainer.default_local_dir=checkpoints/entropyrl/chair_mscoco_model_entropyrl is relative"
         in (result.stderr)
     )
 
@@ -199,7 +199,7 @@ def test_several_nodes_need_a_shared_checkpoint_folder(tmp_path):
     assert relative.returncode == 2
     (line,) = errors(relative)
     assert line.startswith(
-        "error: trainer.default_local_dir=checkpoints/entropyrl/chair_mscoco is relative: on 2 "
+        "error: trainer.default_local_dir=checkpoints/entropyrl/chair_mscoco_model_entropyrl is relative: on 2 "
         "nodes"
     )
     local = tmp_path / "checkpoints"

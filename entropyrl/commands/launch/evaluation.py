@@ -13,6 +13,10 @@ from pathlib import Path
 
 from entropyrl.commands.launch.args import Launch, Stop, say, script_help, usage_error
 from entropyrl.commands.launch.checks import note_no_gpu, require_file, require_gpu
+from entropyrl.commands.launch.recipes import experiment_name, model_short_name
+
+# the EXPERIMENT runs of a comparison set, in the table's order (after the base)
+COMPARISONS = ("baseline", "entropyrl", "penalty", "reversed")
 
 
 def option_value(command: Sequence[str], flag: str) -> str:
@@ -51,17 +55,26 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+def comparison_runs(model_path: str) -> str:
+    """RUNS's default: `NAME=EXPERIMENT_NAME` of the four EXPERIMENT runs of `model_path`'s
+    comparison set, as examples/chair_mscoco.sh names them for the same MODEL_PATH."""
+    return " ".join(f"{run}={experiment_name(model_path, run)}" for run in COMPARISONS)
+
+
 def caption_evaluation(launch: Launch, passthrough: Sequence[str]) -> int:
-    """examples/eval_chair_mscoco.sh: the base model and each run of RUNS that has a checkpoint
-    (CKPT_ROOT/<experiment>), or with --smoke the caption smoke's checkpoint beside its base."""
+    """examples/eval_chair_mscoco.sh: the base model (MODEL_PATH) and each run of RUNS (by default
+    that model's comparison set) that has a checkpoint (CKPT_ROOT/<experiment name>), into a
+    folder of that model's; or with --smoke the caption smoke's checkpoint beside its base."""
     module = "entropyrl.commands.eval.caption"
     command = with_dry_run(launch.command, module) if launch.dry_run else list(launch.command)
     if launch.smoke:
         evaluate = launch.command[: launch.command.index(module) + 1]
         evaluate += ["--dry-run"] if launch.dry_run else []
         return caption_smoke_evaluation(launch, evaluate, passthrough)
-    if launch.out:
-        command = with_option(command, "--out", launch.out)
+    base = option_value(command, "--model").partition("=")[2]
+    # each model's comparison set in its own results folder (a folder resumes what it holds)
+    out = launch.out or f"{option_value(command, '--out')}_{model_short_name(base)}"
+    command = with_option(command, "--out", out)
     data = option_value(command, "--data")
     require_file(
         launch,
@@ -76,17 +89,16 @@ def caption_evaluation(launch: Launch, passthrough: Sequence[str]) -> int:
         if os.environ.get(variable):
             command += [flag, os.environ[variable]]
     root = Path(os.environ.get("CKPT_ROOT") or Path.cwd() / "checkpoints" / "entropyrl")
-    default_runs = (
-        "baseline=chair_mscoco_baseline entropyrl=chair_mscoco penalty=chair_mscoco_penalty"
-    )
-    for run in (os.environ.get("RUNS") or default_runs).split():
+    runs = os.environ.get("RUNS") or comparison_runs(base)
+    for run in runs.split():
         name, _, experiment = run.partition("=")
         if any(root.glob(f"{experiment}/global_step_*/actor")):
             command += ["--model", f"{name}={root / experiment}"]
         else:
             say(
                 f"note: no checkpoint under {root / experiment}: {name} left out (train it with "
-                f"EXPERIMENT={name} bash examples/chair_mscoco.sh, trainer.save_freq > 0)"
+                f"MODEL_PATH={base} EXPERIMENT={name} bash examples/chair_mscoco.sh, "
+                "trainer.save_freq > 0)"
             )
     return subprocess.run([*command, *passthrough]).returncode
 

@@ -6,6 +6,7 @@ comparisons (EXPERIMENT)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,8 +54,10 @@ RECIPES: dict[str, Recipe] = {
     ),
 }
 
-# EXPERIMENT: the captioning comparisons, each under its own trainer.experiment_name (so its
-# checkpoints land in their own folder, where examples/eval_chair_mscoco.sh finds them).
+# EXPERIMENT: the captioning comparisons, each under its own trainer.experiment_name,
+# chair_mscoco_<model>_<experiment> (`experiment_name`), so its checkpoints land in their own
+# folder (verl's trainer.default_local_dir is checkpoints/<project>/<experiment_name>), where
+# examples/eval_chair_mscoco.sh finds a model's set; the 3B, 7B and Qwen3-VL sets never share one.
 #   entropyrl  the recipe: per-sample clip_high from CHAIR_i (clean 0.3 / hallucinating 0.5)
 #   baseline   GRPO: no schedule, clip_high 0.3 for every sample
 #   penalty    GRPO with reward CIDEr-D - 1.0 x (hallucinated mentions), no schedule: the
@@ -62,21 +65,50 @@ RECIPES: dict[str, Recipe] = {
 #   reversed   the rule turned round: clean 0.5 / hallucinating 0.3
 EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "entropyrl": (),
-    "baseline": (
-        "algorithm.clip_schedule.enable=false",
-        "trainer.experiment_name=chair_mscoco_baseline",
-    ),
+    "baseline": ("algorithm.clip_schedule.enable=false",),
     "penalty": (
         "algorithm.clip_schedule.enable=false",
         f"{REWARD_KWARGS}.chair_weight=1.0",
         f"{REWARD_KWARGS}.chair_penalty=count",
-        "trainer.experiment_name=chair_mscoco_penalty",
     ),
-    "reversed": (
-        "algorithm.clip_schedule.direction=hallucinated_low",
-        "trainer.experiment_name=chair_mscoco_reversed",
-    ),
+    "reversed": ("algorithm.clip_schedule.direction=hallucinated_low",),
 }
+# the captioning recipe's policy (configs/chair_mscoco.yaml, examples/chair_mscoco.sh)
+DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct"
+# folders that name a checkpoint's layout, not its model (verl's merger, the hub cache)
+_LAYOUT_FOLDERS = {"actor", "huggingface", "hf", "snapshots"}
+
+
+def model_short_name(model_path: str) -> str:
+    """The model of a path, hub id or local folder, as a run name takes it: lower case, `_` for
+    every run of other characters, the `-Instruct` variant implied (the recipes' models are
+    instruct models; other variants, e.g. `-Thinking`, stay in the name).
+
+    `Qwen/Qwen2.5-VL-3B-Instruct` and `/models/Qwen2.5-VL-3B-Instruct/` -> `qwen2_5_vl_3b`; a hub
+    cache snapshot (`.../models--Qwen--Qwen3-VL-4B-Instruct/snapshots/<commit>`) -> `qwen3_vl_4b`.
+    Folders that only say where weights sit (`actor`, `huggingface`, `global_step_N`, a snapshot's
+    commit) are skipped, so a merged checkpoint takes its run's name."""
+    parts = [part for part in re.split(r"[\\/]+", model_path.strip()) if part]
+    name = ""
+    for part in reversed(parts):
+        if part.startswith("models--"):  # the Hugging Face cache: models--ORG--NAME
+            name = part.split("--")[-1]
+            break
+    if not name:
+        for part in reversed(parts):
+            layout = part.lower() in _LAYOUT_FOLDERS or re.fullmatch(r"global_step_\d+", part)
+            commit = re.fullmatch(r"[0-9a-f]{40}", part)
+            if not layout and not commit:
+                name = part
+                break
+    name = re.sub(r"-instruct$", "", name.lower())
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "model"
+
+
+def experiment_name(model_path: str, experiment: str) -> str:
+    """The run name (`trainer.experiment_name`) of one captioning comparison of one model:
+    `chair_mscoco_qwen2_5_vl_7b_baseline` for Qwen/Qwen2.5-VL-7B-Instruct with baseline."""
+    return f"chair_mscoco_{model_short_name(model_path)}_{experiment}"
 
 
 def lora_overrides(kind: str, fail: Callable[[str], None]) -> list[str]:
@@ -102,8 +134,12 @@ def lora_overrides(kind: str, fail: Callable[[str], None]) -> list[str]:
     return overrides
 
 
-def experiment_overrides() -> list[str]:
+def experiment_overrides(model_path: str | None = None) -> list[str]:
+    """EXPERIMENT's overrides and its run name for `model_path` (by default MODEL_PATH, as the
+    launch script passes it, or the recipe's model). The caller's overrides come later and win,
+    a `trainer.experiment_name=` of theirs too."""
     name = os.environ.get("EXPERIMENT") or "entropyrl"
     if name not in EXPERIMENTS:
         usage_error(f"EXPERIMENT must be entropyrl, baseline, penalty or reversed, got '{name}'")
-    return list(EXPERIMENTS[name])
+    model = model_path or os.environ.get("MODEL_PATH") or DEFAULT_CAPTION_MODEL
+    return [*EXPERIMENTS[name], f"trainer.experiment_name={experiment_name(model, name)}"]
