@@ -17,6 +17,11 @@ Sections:
 - `ppo`: the clipped surrogate's constants (local runner; verl takes them from the actor config).
 - `lost_samples`: how many rollout samples a verl step may lose before the run stops
   (`entropyrl.verl.lost_samples`; the local runner loses none).
+- `chair_fallback`: how many of a verl step's samples may go without a CHAIR score (the service
+  did not answer) before the run stops (`entropyrl.verl.chair_fallback`).
+
+`LIMIT_KEYS` names the keys that are limits on a run, not part of its algorithm: a resume may
+change them (`entropyrl.verl.checks.checkpoints`).
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ __all__ = [
     "DIRECTIONS",
     "ENTROPY_MODES",
     "ENTROPY_SOURCES",
+    "LIMIT_KEYS",
     "MAXENT_SOURCES",
     "REMOVED_KEYS",
     "SPEC_CLASSES",
     "AlgorithmSpecs",
+    "ChairFallbackSpec",
     "ClipScheduleSpec",
     "EgpoBonusSpec",
     "EgpoRatioSpec",
@@ -325,6 +332,28 @@ class LostSamplesSpec(Spec):
         )
 
 
+@dataclass(frozen=True)
+class ChairFallbackSpec(Spec):
+    """How many of a step's samples may go without a CHAIR score because the CHAIR service gave
+    no answer (down, or unreachable from a reward worker's node) and the step still train: such
+    a sample takes the clip schedule's neutral bound and no CHAIR penalty. More stop the run;
+    `CHAIR_OPTIONAL=1` (environment) lifts the limit and says so at every step."""
+
+    SECTION: ClassVar[str] = "chair_fallback"
+
+    max_fraction: float = _help(
+        0.05,
+        "share of a step's real samples that may lack a CHAIR score before the run stops",
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            _finite(self.max_fraction) and 0 <= self.max_fraction <= 1,
+            "max_fraction",
+            f"must be in [0, 1], got {self.max_fraction}",
+        )
+
+
 SPEC_CLASSES: tuple[type[Spec], ...] = (
     ClipScheduleSpec,
     EntropySpec,
@@ -333,6 +362,14 @@ SPEC_CLASSES: tuple[type[Spec], ...] = (
     TokenShapingSpec,
     MaxEntSpec,
     LostSamplesSpec,
+    ChairFallbackSpec,
+)
+
+# `<section>.<key>` of the settings that bound how much a run may lose before it stops, not what
+# it computes: raising one after a stop resumes the same run (the resume check leaves them out).
+LIMIT_KEYS: tuple[str, ...] = (
+    f"{LostSamplesSpec.SECTION}.max_fraction",
+    f"{ChairFallbackSpec.SECTION}.max_fraction",
 )
 
 # Keys of 0.1's first configs, removed in 0.2: refused with the key that replaced them (ignored,
@@ -359,6 +396,7 @@ class AlgorithmSpecs:
     entropy_adv: TokenShapingSpec = field(default_factory=TokenShapingSpec)
     maxent: MaxEntSpec = field(default_factory=MaxEntSpec)
     lost_samples: LostSamplesSpec = field(default_factory=LostSamplesSpec)
+    chair_fallback: ChairFallbackSpec = field(default_factory=ChairFallbackSpec)
 
 
 def _plain(value: Any) -> Any:

@@ -33,6 +33,32 @@ def save(config, step: int) -> None:
     checkpoints.write_settings(folder, config, step)
 
 
+def test_raising_a_limit_resumes_and_changing_the_algorithm_does_not(config, compose, tmp_path):
+    """The stop line of a lost-samples stop says to raise the limit: doing so continues the run
+    (the limits of LIMIT_KEYS are left out of the comparison); the clip schedule is the run."""
+    save(config, 4)
+    folder = f"trainer.default_local_dir={tmp_path / 'ckpt'}"
+    raised = compose(
+        "chair_mscoco",
+        [
+            folder,
+            "trainer.total_training_steps=10",
+            "algorithm.lost_samples.max_fraction=0.2",
+            "algorithm.chair_fallback.max_fraction=0.5",
+        ],
+    )
+    decision = checkpoints.resume_decision(raised)
+    assert (decision.kind, decision.step) == ("resume", 4), decision.line
+    changed = compose(
+        "chair_mscoco",
+        [folder, "trainer.total_training_steps=10", "algorithm.clip_schedule.high=0.6"],
+    )
+    decision = checkpoints.resume_decision(changed)
+    assert decision.kind == "other_run"
+    assert "algorithm.clip_schedule.high: 0.5 -> 0.6" in decision.line
+    assert "max_fraction" not in decision.line
+
+
 def test_no_checkpoint_starts_fresh(config):
     assert checkpoints.resume_decision(config).kind == "fresh"
 

@@ -6,7 +6,9 @@ The entropy-aware trainer writes the settings that define a run (`run_settings`:
 the policy loss and clip ratios, the model, the training data, the reward function, the group
 size) beside every checkpoint it saves (`SETTINGS_FILE`). Before Ray starts, the plugin's config
 validation calls `resume_decision`: a checkpoint of other settings refuses the run in one line
-(naming what differs and how to start a separate run); a checkpoint at or past the run's last
+(naming what differs and how to start a separate run; the limits of `entropyrl.core.specs.LIMIT_KEYS`,
+such as `algorithm.lost_samples.max_fraction`, are not compared: raising one after a stop
+continues the run); a checkpoint at or past the run's last
 step says there is nothing left to do; otherwise the run resumes or starts, as verl would.
 """
 
@@ -20,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from entropyrl.core.files import json_dumps
+from entropyrl.core.specs import LIMIT_KEYS
 
 SETTINGS_FILE = "entropyrl_run.json"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker of the latest saved step
-# What makes two runs the same run. Batch sizes, lengths, frequencies, layouts, URLs and
-# loggers may change between a run and its resumption; these may not.
+# What makes two runs the same run. Batch sizes, lengths, frequencies, layouts, URLs, loggers
+# and the limits under `algorithm` (`NOT_COMPARED`) may change between a run
+# and its resumption; these may not.
 RUN_KEYS: tuple[str, ...] = (
     "algorithm",
     "actor_rollout_ref.model.path",
@@ -113,12 +117,19 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
+# The leaves of `algorithm` that bound a run's losses rather than define its algorithm.
+NOT_COMPARED: frozenset[str] = frozenset(f"algorithm.{key}" for key in LIMIT_KEYS)
+
+
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """'key: saved -> current' for every leaf setting that differs."""
+    """'key: saved -> current' for every leaf setting that differs (limits left out)."""
     before, after = {}, {}
     for key in sorted(set(saved) | set(current)):
         before.update(_flat(saved.get(key), key))
         after.update(_flat(current.get(key), key))
+    for key in NOT_COMPARED:
+        before.pop(key, None)
+        after.pop(key, None)
     return [
         f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
         for key in sorted(set(before) | set(after))
