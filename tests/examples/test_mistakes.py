@@ -33,6 +33,15 @@ LAUNCH_MISTAKES = {
         "actor_rollout_ref.actor.clip_ratio_high=0.4 is not read with "
         "algorithm.clip_schedule.enable=true:",
     ),
+    "an entropy estimator under verl's own trainer": (
+        [
+            "algorithm.adv_estimator=egpo",
+            "trainer.v1.trainer_mode=sync",
+            "algorithm.clip_schedule.enable=false",
+        ],
+        "algorithm.adv_estimator=egpo reads per-token entropy, which only the entropy-aware "
+        "trainer (trainer.v1.trainer_mode=entropyrl with trainer.use_v1=true) hands it:",
+    ),
     "an unknown key of our section": (
         ["algorithm.clip_schedule.hihg=0.6"],
         "algorithm.clip_schedule: unknown key 'hihg'; accepted: enable, rule, low, high,",

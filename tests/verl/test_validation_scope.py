@@ -121,3 +121,41 @@ def test_the_folder_really_holds_another_run(tmp_path) -> None:
     assert saved["step"] == 3
     config = compose_verl([OUR_PARTS["trainer"]], folder)
     assert checkpoints.resume_decision(config).kind == "other_run"
+
+
+ENTROPY_UNDER_VERL = {
+    "verl's sync trainer": ["algorithm.adv_estimator=egpo", "trainer.v1.trainer_mode=sync"],
+    "our mode on verl's legacy trainer": [
+        "algorithm.adv_estimator=egpo_ratio",
+        "trainer.v1.trainer_mode=entropyrl",
+        "trainer.use_v1=false",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ENTROPY_UNDER_VERL)
+def test_an_entropy_estimator_under_verls_own_trainer_is_refused(name, tmp_path, command_line):
+    """verl's own trainer pops the entropies before the estimator runs: it would train plain
+    GRPO without a word. Refused in one line, exit 2, from verl's validation in main_ppo."""
+    config = compose_verl(ENTROPY_UNDER_VERL[name], tmp_path / "ckpt")
+    assert not validation.uses_our_trainer(config)
+    problems = validation.config_problems(config, use_reference_policy=True)
+    estimator = config.algorithm.adv_estimator
+    assert [p for p in problems if "per-token entropy" in p] == [
+        f"algorithm.adv_estimator={estimator} reads per-token entropy, which only the "
+        "entropy-aware trainer (trainer.v1.trainer_mode=entropyrl with trainer.use_v1=true) "
+        "hands it: verl's own trainer would train plain GRPO; set it, or "
+        "algorithm.adv_estimator=grpo"
+    ]
+    with pytest.raises(SystemExit) as stopped:
+        verl_config.validate_config(config, use_reference_policy=True, use_critic=False)
+    assert stopped.value.code == 2
+
+
+def test_an_entropy_estimator_under_our_trainer_is_not_refused_for_it(tmp_path) -> None:
+    config = compose_verl(
+        ["algorithm.adv_estimator=egpo", "trainer.v1.trainer_mode=entropyrl"], tmp_path / "ckpt"
+    )
+    assert validation.uses_our_trainer(config)
+    problems = validation.config_problems(config, use_reference_policy=True)
+    assert not [p for p in problems if "per-token entropy" in p]

@@ -20,7 +20,9 @@ log-prob passes have run:
   `low` or verl's default); a training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
   its response (`entropyrl.verl.checks.prompt_bound`);
-- with verl's own trainer, `algorithm.clip_schedule.enable=true`, which that trainer ignores;
+- with verl's own trainer (another `trainer.v1.trainer_mode`, or `trainer.use_v1=false`):
+  `algorithm.clip_schedule.enable=true`, which that trainer ignores, and an estimator that reads
+  per-token entropy (`egpo`, `egpo_ratio`, ...), which under that trainer trains plain GRPO;
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
   continue (`entropyrl.verl.checks.checkpoints`); a run whose checkpoint is already at its last step
   says there is nothing left to do and exits 0.
@@ -132,17 +134,30 @@ def _schedule_enabled(config: Any) -> bool:
 
 
 def trainer_problems(config: Any) -> list[str]:
-    """A run of verl's own trainer that switches our clip schedule on: that trainer never
-    computes the per-sample bounds, so the switch would do nothing without a word."""
-    from entropyrl.core.estimator_names import VERL_TRAINER_MODE
+    """A run of verl's own trainer that uses a part only ours makes work: the clip schedule
+    (that trainer never computes the per-sample bounds) or an estimator that reads per-token
+    entropy (that trainer pops the entropies before the estimator runs, which then falls back to
+    GRPO and counts it in a metric that trainer never logs). Either would train without a word."""
+    from omegaconf import OmegaConf
 
-    if not _schedule_enabled(config):
-        return []
-    return [
-        "algorithm.clip_schedule.enable=true needs the entropy-aware trainer "
-        f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never computes the "
-        "per-sample bounds; set it, or algorithm.clip_schedule.enable=false"
-    ]
+    from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS, VERL_TRAINER_MODE
+
+    ours = f"trainer.v1.trainer_mode={VERL_TRAINER_MODE} with trainer.use_v1=true"
+    problems = []
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
+    if estimator is not None and str(estimator) in ENTROPY_ESTIMATORS:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} reads per-token entropy, which only the "
+            f"entropy-aware trainer ({ours}) hands it: verl's own trainer would train plain "
+            "GRPO; set it, or algorithm.adv_estimator=grpo"
+        )
+    if _schedule_enabled(config):
+        problems.append(
+            "algorithm.clip_schedule.enable=true needs the entropy-aware trainer "
+            f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never computes "
+            "the per-sample bounds; set it, or algorithm.clip_schedule.enable=false"
+        )
+    return problems
 
 
 def verl_source_dir() -> Path | None:
@@ -224,7 +239,10 @@ def uses_our_trainer(config: Any) -> bool:
 
     from entropyrl.core.estimator_names import VERL_TRAINER_MODE
 
-    return OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) == VERL_TRAINER_MODE
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    # `trainer.use_v1=false` runs verl's legacy trainer (main_ppo_v0), whatever the mode says
+    v1 = OmegaConf.select(config, "trainer.use_v1", default=True) is not False
+    return mode == VERL_TRAINER_MODE and v1
 
 
 def registered_names() -> tuple[set[str], set[str]] | None:
