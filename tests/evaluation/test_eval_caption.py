@@ -639,3 +639,44 @@ def test_released_pope_files_are_used_and_their_checksum_checked(world_and_model
     assert results["results"]["pope/adversarial"]["questions"] == 12
     answered = read_jsonl(tmp_path / "b" / "base" / "pope.jsonl")
     assert {row["question_id"] for row in answered if row["setting"] == "random"} == set(range(12))
+
+
+def test_the_help_says_what_a_cider_figure_compares_with(capsys) -> None:
+    """--help's note matches the scorer: document frequencies of the evaluated images (one
+    pycocoevalcap call over them), not the training reward's fixed corpus frequencies."""
+    from entropyrl.commands.eval.caption import main
+    from entropyrl.evaluation.caption_metrics import cider_scores
+    from entropyrl.rewards.cider import CiderD
+    from entropyrl.rewards.text import normalize_caption
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "document frequencies come from the references of exactly the evaluated images" in text
+    assert "compares with a paper's only over the same images" in text
+    assert "comparable only within this project" not in text
+    rng = random.Random(0)
+    words = [
+        "a",
+        "dog",
+        "cat",
+        "man",
+        "sits",
+        "on",
+        "the",
+        "table",
+        "with",
+        "two",
+        "people",
+        "red",
+        "car",
+    ]
+    captions = [" ".join(rng.choices(words, k=8)) for _ in range(12)]
+    references = [[" ".join(rng.choices(words, k=9)) for _ in range(3)] for _ in range(12)]
+    gts = {i: [normalize_caption(r) for r in refs] for i, refs in enumerate(references[:6])}
+    res = {i: [normalize_caption(c)] for i, c in enumerate(captions[:6])}
+    _, per_call = Cider().compute_score(gts, res)
+    evaluated = cider_scores(captions[:6], references[:6])
+    assert evaluated == pytest.approx(list(per_call), rel=1e-9)
+    corpus = CiderD.from_references(dict(enumerate(references)))  # training-style frequencies
+    assert corpus.score_batch(captions[:6], references[:6]) != pytest.approx(list(evaluated))

@@ -1,8 +1,8 @@
 """`entropyrl eval caption`: from verl checkpoints to the table a hallucination paper reports.
 
     entropyrl eval caption --model base=Qwen/Qwen2.5-VL-3B-Instruct \\
-        --model entropyrl=checkpoints/entropyrl/chair_mscoco --data data/coco --coco coco/annotations \\
-        --out eval/chair_mscoco [--dry-run]
+        --model entropyrl=checkpoints/entropyrl/chair_mscoco_qwen2_5_vl_3b_entropyrl \\
+        --data data/coco --coco coco/annotations --out eval/chair_mscoco_qwen2_5_vl_3b [--dry-run]
 
 Per model (`NAME=PATH`: a Hugging Face folder or cached hub id, used as it is; a verl run folder,
 whose last `global_step_N` is taken; or one `global_step_N`), a verl checkpoint is merged into a
@@ -208,11 +208,25 @@ def _main_args(args: argparse.Namespace) -> int:
         return 2
 
 
+# What a CIDEr-D figure of this evaluation compares with (--help's closing note).
+CIDER_NOTE = (
+    "CIDEr-D is computed as pycocoevalcap's Cider computes it: its document frequencies come "
+    "from the references of exactly the evaluated images (one Cider().compute_score call over "
+    "them), so a figure compares with a paper's only over the same images: Karpathy's test "
+    "split (data prepared from dataset_coco.json) or --image-list with the paper's list. The "
+    "training reward and validation CIDEr-D (reward/cider, val-aux/coco_caption/cider) fix "
+    "their frequencies over the training references (cider_df.json.gz): a different figure. "
+    "Captions are tokenised without Java, close to PTB (docs/hallucination_eval.md)."
+)
+
+
 def main(
     argv: Sequence[str] | None = None, prog: str = "python -m entropyrl.commands.eval.caption"
 ) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.split("\n\n")[0], epilog=CIDER_NOTE
+    )
     add_arguments(parser)
     return _main_args(parser.parse_args(argv))
 
