@@ -42,8 +42,9 @@ the BFCL verdict of a response with BFCL's own decoder and checker (optional ``b
 ``benchmarks/bfcl_agreement.py`` counts where the two differ.
 
 ``FunctionCallingScorer`` is the reward as a `Scorer` (``entropyrl.rewards.scorer``), which verl's
-``entropyrl.verl.rewards.function_calling_score`` and the local runner call; ``compute_score``
-(the score) and ``score_details`` (score, format, reason, calls) are it on one response.
+``entropyrl.verl.rewards.function_calling_score`` and the local runner call; ``score_details``
+(score, format, reason, calls) is it on one response. ``compute_score`` (the score alone) is
+deprecated: verl's entry point is ``function_calling_score``, a script's call the scorer.
 
 Tokenizer assumption: verl decodes ``solution_str`` with special tokens skipped. In the Qwen2 /
 Qwen2-VL tokenizers the project builds (special tokens at ids 151643..151656) ``<tool_call>`` and
@@ -58,6 +59,7 @@ import functools
 import json
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -707,12 +709,17 @@ def score_details(
 def compute_score(
     solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
 ) -> float:
-    """1.0 when the response's format is exact and its calls equal the ground truth, else 0.0.
-
-    ``extra_info["tools"]``, when the row has it, makes the schema's ``required`` and declared
-    types count as in BFCL's checker; without it the ground truth alone decides.
-    """
+    """Deprecated (0.2): 1.0 when the response's format and calls are exact, else 0.0, as
+    `FunctionCallingScorer` scores it (verl's entry point: `entropyrl.verl.rewards`,
+    ``function_calling_score``)."""
+    warnings.warn(_MOVED, DeprecationWarning, stacklevel=2)
     return score_one(FunctionCallingScorer(), solution_str, ground_truth, extra_info).score
+
+
+_MOVED = (
+    "entropyrl.rewards.function_calling.compute_score is deprecated: score with "
+    "FunctionCallingScorer, or name pkg://entropyrl.verl.rewards, function_calling_score in verl"
+)
 
 
 # ---------------------------------------------------------------------------- BFCL's own verdict

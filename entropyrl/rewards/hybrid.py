@@ -1,8 +1,8 @@
 """Hybrid reward for mixed data sets: each row's `ability` picks the math or the code scorer.
 
-verl loads it with ``reward.custom_reward_function.path=pkg://entropyrl.rewards.hybrid`` and
-``name=compute_score``, and calls it once per response; settings come from
-``reward.custom_reward_function.reward_kwargs``.
+verl loads it as ``reward.custom_reward_function.path=pkg://entropyrl.verl.rewards`` and
+``name=hybrid_score`` (the adapter over `HybridScorer`), and calls it once per response;
+settings come from ``reward.custom_reward_function.reward_kwargs`` (`HybridScorer.from_settings`).
 
 Where the route comes from: ``extra_info["ability"]`` (verl hands the reward function the row's
 `extra_info`, not its other columns, so `entropyrl prepare mixed-debug` writes it there), else
@@ -11,18 +11,22 @@ whole data set). verl may hand values over wrapped (a 0-d numpy array, one-eleme
 are unwrapped. A missing or unknown ability is a data error: ValueError, or a 0 with the reason
 when ``unknown_ability="zero"``.
 
-Every call returns the same keys (verl builds its extra-info columns from the first sample's):
+Every score has the same keys (verl builds its extra-info columns from the first sample's):
 ``score`` (float in [0, 1], never NaN), ``route`` ("math" | "code" | "none"), ``backend``,
 ``reason``, ``passed`` and ``total`` (tests, or 1 for a math answer).
 
-`HybridScorer` is the reward as a `Scorer` (`entropyrl.rewards.scorer`), routing to `MathScorer`
-and `CodeScorer` / `SandboxFusionScorer`; `compute_score` is verl's adapter over it.
+A response the routes could not judge (the math check timed out, the Sandbox Fusion service did
+not answer) is a `Score` with ``failure`` set (`entropyrl.rewards.scorer`): the verl entry point
+reports it instead of training on its 0. A checker that raises (a local sandbox that cannot
+start a program, math-verify's own errors) propagates, and the entry point reports that too.
+A program that runs past its limits is the response's fault: it scores 0, a verdict.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +40,7 @@ __all__ = [
     "ABILITY_ALIASES",
     "CODE_BACKENDS",
     "RESULT_KEYS",
+    "UNJUDGED_REASONS",
     "HybridScorer",
     "compute_score",
     "resolve_ability",
@@ -51,6 +56,9 @@ ABILITY_ALIASES = {
 }
 CODE_BACKENDS = ("local", "sandbox_fusion")
 RESULT_KEYS = ("score", "route", "backend", "reason", "passed", "total")
+# The routes' zeros that are no verdict on the response, by the reason their scorer gives
+# (`math_answer.score_math_safely`'s timeout, `code.score_code_sandbox_fusion`'s failed requests).
+UNJUDGED_REASONS = ("math check timed out", "sandbox fusion unreachable or failing")
 
 
 def _unwrap(value: Any) -> Any:
@@ -140,7 +148,8 @@ def _result(score: float, route: str, backend: str, reason: str, passed: int, to
     if not math.isfinite(score):
         score, reason = 0.0, f"non-finite score replaced by 0 ({reason})"
     details = {"route": route, "backend": backend, "passed": int(passed), "total": int(total)}
-    return Score(score, reason, details)
+    unjudged = reason.startswith(UNJUDGED_REASONS)
+    return Score(0.0 if unjudged else score, reason, details, reason if unjudged else "")
 
 
 @dataclass(frozen=True)
@@ -262,22 +271,24 @@ class HybridScorer:
                 else:
                     passed, total = one["passed"], one["total"]
                     out[i] = _result(one.score, route, self.code_backend, one.reason, passed, total)
+                if one.failure and not out[i].failure:  # a route's own scorer said so
+                    out[i] = Score(0.0, out[i].reason, out[i].details, one.failure)
         return [out[i] for i in range(size)]
 
 
 def compute_score(
-    data_source: Any,
-    solution_str: Any,
-    ground_truth: Any,
-    extra_info: Any = None,
-    **settings: Any,
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None, **settings: Any
 ) -> dict[str, Any]:
-    """verl's entry point: one response through `HybridScorer.from_settings(**settings)`, as
-    the dict of `RESULT_KEYS` (see the module docstring).
+    """Deprecated (0.2): verl's entry point is ``pkg://entropyrl.verl.rewards``, name
+    ``hybrid_score``, which reports the calls it could not score; this one scores them 0 as
+    before. One response through `HybridScorer.from_settings(**settings)`, as `RESULT_KEYS`."""
+    warnings.warn(_MOVED, DeprecationWarning, stacklevel=2)
+    return score_one(
+        HybridScorer.from_settings(**settings), solution_str, ground_truth, extra_info
+    ).as_dict(RESULT_KEYS)
 
-    settings: verl's ``reward_kwargs`` (`HybridScorer.from_settings` lists them) and whatever
-    else verl passes (ignored).
-    """
-    del data_source  # routing is by ability; the data source only names the set
-    scorer = HybridScorer.from_settings(**settings)
-    return score_one(scorer, solution_str, ground_truth, extra_info).as_dict(RESULT_KEYS)
+
+_MOVED = (
+    "entropyrl.rewards.hybrid.compute_score is deprecated: name pkg://entropyrl.verl.rewards, "
+    "hybrid_score in reward.custom_reward_function (it reports the calls it cannot score)"
+)

@@ -4,9 +4,15 @@ Why one shape: the rewards are called from two engines. verl's reward loop calls
 response (`compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)`, sync or
 async) and stores the extra keys of the dict it returns; the local runner scores a whole rollout
 batch at once. Each reward is written once, as a `Scorer`, and both engines call it: the verl
-entry points (`entropyrl.verl.rewards`, `entropyrl.rewards.hybrid.compute_score`) only turn
-verl's arguments into a batch of one (or a gathered batch, for captions) and the `Score` into
-verl's dict; the local runner passes its batch straight through.
+entry points (all in `entropyrl.verl.rewards`) only turn verl's arguments into a batch of one (or
+a gathered batch, for captions) and the `Score` into verl's dict; the local runner passes its
+batch straight through.
+
+Why a score can say it is no verdict: a 0 because the response is wrong and a 0 because the
+checker gave up (a math check that timed out, a code service that did not answer) read the same
+as a number. A scorer returns the second kind with `Score.failure` set, the cause; the verl entry
+points raise it as `ScoringFailed`, so the trainer counts the sample lost with its cause (and
+stops past its limit) instead of training on a 0 that says nothing about the response.
 
 Why batched: where the work batches, the scorer sees the batch. Captions get one CHAIR request
 per batch instead of one per caption (verl's per-response calls are gathered first, see
@@ -33,6 +39,7 @@ __all__ = [
     "ResponseScorer",
     "Score",
     "Scorer",
+    "ScoringFailed",
     "Solutions",
     "batch_size",
     "same_length",
@@ -45,12 +52,15 @@ class Score:
     """One response's reward: the scalar, why (empty where nothing needs saying), and the
     reward's per-response fields (verl stores those of the entry point's dict per sample).
 
+    ``failure`` is empty for a verdict; otherwise the response was not judged (the checker gave
+    up, a service failed) and it says why, one line: ``score`` is then 0 and means nothing.
     ``score["name"]`` reads ``score``, ``reason`` or a field of ``details`` by name.
     """
 
     score: float
     reason: str = ""
     details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    failure: str = ""
 
     def __getitem__(self, key: str) -> Any:
         if key == "score":
@@ -66,6 +76,11 @@ class Score:
         return {key: self[key] for key in keys}
 
 
+class ScoringFailed(RuntimeError):
+    """A response the reward could not judge (`Score.failure` is the message): raised by the verl
+    entry points so the failure is reported and the sample dropped, not trained on as a 0."""
+
+
 # The three batch arguments, as verl hands them over one row at a time.
 Solutions = Sequence[str]
 GroundTruths = Sequence[Any]
@@ -78,7 +93,8 @@ class Scorer(Protocol):
 
     ``score_batch`` returns one `Score` per response, in order. It raises ValueError for a data
     error (a malformed ground truth, an unknown route), never for a bad response (that scores 0,
-    with the reason).
+    with the reason); a response it could not judge has `Score.failure` set (see the module
+    docstring), and whatever its checker raised otherwise propagates.
     """
 
     def score_batch(

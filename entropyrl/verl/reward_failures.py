@@ -2,10 +2,12 @@
 
 In verl 0.9.1 a reward call that raises fails its agent-loop session: the sync trainer trains on
 the rest of the group and pads the batch (`trainer_base._balance_batch`), and the exception
-stays in a worker's log. Our reward entry points (`entropyrl.verl.rewards`) are wrapped in
-`reported`: a call that raises first records what it raised (its kind, its first line, the node)
-in a book the trainer reads when it counts the samples a step received
-(`entropyrl.verl.lost_samples`), then raises as before.
+stays in a worker's log. Every reward entry point of ours (`entropyrl.verl.rewards`) is wrapped
+in `reported`: a call that raises first records what it raised (its kind, its first line, the
+node) in a book the trainer reads when it counts the samples a step received
+(`entropyrl.verl.lost_samples`), then raises as before. A response the scorer could not judge
+(a math check that timed out, a code service that did not answer) arrives here as
+`entropyrl.rewards.scorer.ScoringFailed`, raised by the entry point, and counts the same way.
 
 The book is a named Ray actor of this job, made by the first failure: a run without failures
 starts no process for it. Reporting never raises (the reward's own error is what matters), and

@@ -1,8 +1,10 @@
-"""Reward functions for verl's `reward.custom_reward_function.path=pkg://entropyrl.verl.rewards`.
+"""Every verl reward entry point of entropyrl, for `reward.custom_reward_function.path=
+pkg://entropyrl.verl.rewards` and `.name`.
 
-Each is a thin adapter: verl's arguments in, the reward's `Scorer` (`entropyrl.rewards.scorer`)
-run, its `Score` out as verl's dict. The scoring itself lives in `entropyrl.rewards`, where the
-local runner calls the same scorers.
+Each is a thin adapter: verl's arguments in (`data_source, solution_str, ground_truth,
+extra_info, **reward_kwargs`, one response per call), the reward's `Scorer`
+(`entropyrl.rewards.scorer`) run, its `Score` out as verl's dict (`verl_dict`). The scoring
+itself lives in `entropyrl.rewards`, where the local runner calls the same scorers.
 
 - `caption_score` (async): `CaptionReward` (CIDEr-D with corpus document frequencies plus CHAIR
   from the service). verl's reward loop scores one sample per call; concurrent calls on a reward
@@ -10,24 +12,30 @@ local runner calls the same scorers.
   batch (`CaptionBatcher`), so CHAIR gets one HTTP call per gathered batch instead of one per
   caption.
 - `function_calling_score`: `FunctionCallingScorer`, the strict binary function-calling reward.
+- `hybrid_score`: `HybridScorer`, math-verify for math rows and the code sandbox (or Sandbox
+  Fusion) for code rows, routed by `extra_info["ability"]`.
 
-A call that raises is reported to the trainer before verl sees it fail its session
-(`entropyrl.verl.reward_failures`), so the step that loses the sample says why.
+Every call that fails is reported to the trainer before verl sees it fail its session
+(`entropyrl.verl.reward_failures`), so the step that loses the sample says why: what the scorer
+raised, and a response it could not judge (`Score.failure`: a math check that timed out, a code
+service that did not answer), raised as `ScoringFailed` rather than trained on as a 0.
 
-Both return a dict with `score` plus extra keys; verl stores the extras as reward extra info
-(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`; `acc`), where the
-entropy-aware trainer reads each sample's CHAIR_i.
+All return a dict with `score` plus extra keys; verl stores the extras as reward extra info
+(`cider`, `chair_i`, `chair_s`, `recall`, `chair_ok`, `chair_fallback`; `acc`; `route`,
+`backend`, `reason`, `passed`, `total`), where the entropy-aware trainer reads each sample's
+CHAIR_i.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from entropyrl.rewards.caption import CAPTION_FIELDS, caption_ground_truth
-from entropyrl.rewards.scorer import Score, Scorer, score_one
+from entropyrl.rewards.hybrid import RESULT_KEYS, HybridScorer
+from entropyrl.rewards.scorer import Score, Scorer, ScoringFailed, score_one
 from entropyrl.verl.reward_failures import reported
 
 __all__ = [
@@ -39,6 +47,9 @@ __all__ = [
     "caption_score",
     "chair_token",
     "function_calling_score",
+    "hybrid_score",
+    "per_response",
+    "verl_dict",
 ]
 
 # The recipe names this function (`reward.custom_reward_function.name`); the trainer logs its
@@ -48,6 +59,40 @@ CHAIR_URL_ENV = "ENTROPYRL_CHAIR_URL"
 # One name on both sides: the service reads its token from it (`python -m chair_server`), the
 # reward's client sends it.
 CHAIR_TOKEN_ENV = "CHAIR_SERVER_TOKEN"
+
+
+def verl_dict(scored: Score, keys: Sequence[str]) -> dict[str, Any]:
+    """`scored` as verl's dict of exactly `keys` (``acc``: the score, verl's name for it).
+
+    A score that is no verdict (`Score.failure`) raises `ScoringFailed` instead: the entry
+    point's `reported` counts it with its cause and verl drops the sample.
+    """
+    if scored.failure:
+        raise ScoringFailed(scored.failure)
+    return {key: scored.score if key == "acc" else scored[key] for key in keys}
+
+
+def per_response(
+    name: str, build: Callable[..., Scorer], keys: Sequence[str]
+) -> Callable[..., dict[str, Any]]:
+    """The verl entry point `name` over the `Scorer` that `build(**reward_kwargs)` returns: a
+    batch of one per call, the dict of `keys` (`verl_dict`), every failure reported (sync: verl
+    runs it in its executor)."""
+
+    def score(
+        data_source: Any,
+        solution_str: Any,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **settings: Any,
+    ) -> dict[str, Any]:
+        del data_source  # the row's data set: no scorer reads it
+        scored = score_one(build(**settings), solution_str, ground_truth, extra_info)
+        return verl_dict(scored, keys)
+
+    score.__name__ = score.__qualname__ = name
+    score.__doc__ = f"verl's per-response call of `{build.__qualname__}` ({', '.join(keys)})."
+    return reported(score)
 
 
 def chair_token() -> str | None:
@@ -221,20 +266,18 @@ async def caption_score(
         max_batch=int(max_batch),
     )
     scored = await batcher.score(solution_str, truth, extra_info)
-    return scored.as_dict(CAPTION_FIELDS)
+    return verl_dict(scored, CAPTION_FIELDS)
 
 
-@reported
-def function_calling_score(
-    data_source: str,
-    solution_str: str,
-    ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
-    **_: Any,
-) -> dict[str, Any]:
-    """Strict binary function-calling reward (1.0 only for exact format and exact calls)."""
-    del data_source
+def _function_calling_scorer(**_: Any) -> Scorer:
     from entropyrl.rewards.function_calling import FunctionCallingScorer
 
-    score = score_one(FunctionCallingScorer(), solution_str, ground_truth, extra_info).score
-    return {"score": score, "acc": score}
+    return FunctionCallingScorer()
+
+
+# The strict binary function-calling reward (1.0 only for exact format and exact calls).
+function_calling_score = per_response(
+    "function_calling_score", _function_calling_scorer, ("score", "acc")
+)
+# The hybrid math + code reward; its settings are `HybridScorer.from_settings`'s.
+hybrid_score = per_response("hybrid_score", HybridScorer.from_settings, RESULT_KEYS)

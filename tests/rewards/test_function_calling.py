@@ -1,4 +1,5 @@
-"""Strict binary function-calling reward: format, multiset match, BFCL answers, irrelevance."""
+"""Strict binary function-calling reward: format, multiset match, BFCL answers, irrelevance
+(scored through verl's entry point, `entropyrl.verl.rewards.function_calling_score`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ from entropyrl.rewards.function_calling import (
     score_details,
     values_equal,
 )
+from entropyrl.verl.rewards import function_calling_score
+
+
+def strict_score(solution: str, ground_truth, extra_info=None) -> float:
+    """The reward as verl's entry point returns it (``acc`` is the score, verl's name for it)."""
+    row = function_calling_score("fc", solution, ground_truth, extra_info)
+    assert row == {"score": row["score"], "acc": row["score"]}
+    return row["score"]
 
 
 def call(name: str, /, **arguments) -> str:
@@ -124,31 +133,33 @@ def test_parse_tool_calls_real_format():
         (response("I would call get_weather."), WEATHER_TRUTH, 0.0),
     ],
 )
-def test_compute_score(text, truth, expected):
-    assert compute_score(text, truth) == expected
-    assert compute_score(text, truth, {"index": 0}) == expected
+def test_strict_score(text, truth, expected):
+    assert strict_score(text, truth) == expected
+    assert strict_score(text, truth, {"index": 0}) == expected
+    with pytest.warns(DeprecationWarning, match="function_calling_score"):
+        assert compute_score(text, truth) == expected  # the deprecated path, unchanged
 
 
 def test_nested_arguments():
     truth = [{"name": "book", "arguments": {"guest": {"name": "Ann", "ids": [1, 2]}, "ok": True}}]
     good = response(call("book", guest={"ids": [1, 2], "name": "Ann"}, ok=True))
-    assert compute_score(good, truth) == 1.0
+    assert strict_score(good, truth) == 1.0
     assert (
-        compute_score(response(call("book", guest={"ids": [2, 1], "name": "Ann"}, ok=True)), truth)
+        strict_score(response(call("book", guest={"ids": [2, 1], "name": "Ann"}, ok=True)), truth)
         == 0.0
     )
     assert (
-        compute_score(response(call("book", guest={"ids": [1, 2], "name": "Ann"}, ok=1)), truth)
+        strict_score(response(call("book", guest={"ids": [1, 2], "name": "Ann"}, ok=1)), truth)
         == 0.0
     )
-    assert compute_score(response(call("book", guest={"ids": [1, 2]}, ok=True)), truth) == 0.0
+    assert strict_score(response(call("book", guest={"ids": [1, 2]}, ok=True)), truth) == 0.0
     bfcl = [{"book": {"guest": [{"name": ["Ann", "ann"], "ids": [[1, 2]]}], "ok": [True]}}]
     assert (
-        compute_score(response(call("book", guest={"name": "ann", "ids": [1, 2]}, ok=True)), bfcl)
+        strict_score(response(call("book", guest={"name": "ann", "ids": [1, 2]}, ok=True)), bfcl)
         == 1.0
     )
     assert (
-        compute_score(response(call("book", guest={"name": "Bob", "ids": [1, 2]}, ok=True)), bfcl)
+        strict_score(response(call("book", guest={"name": "Bob", "ids": [1, 2]}, ok=True)), bfcl)
         == 0.0
     )
 
@@ -156,8 +167,8 @@ def test_nested_arguments():
 def test_matching_needs_a_perfect_assignment():
     """Greedy matching would pair the first call with the looser spec and fail."""
     truth = [{"f": {"x": [1, 2]}}, {"f": {"x": [1]}}]
-    assert compute_score(response(call("f", x=1), call("f", x=2)), truth) == 1.0
-    assert compute_score(response(call("f", x=2), call("f", x=2)), truth) == 0.0
+    assert strict_score(response(call("f", x=1), call("f", x=2)), truth) == 1.0
+    assert strict_score(response(call("f", x=2), call("f", x=2)), truth) == 0.0
 
 
 BAD_FORMATS = {
@@ -209,7 +220,7 @@ def test_malformed_output_scores_zero_with_a_reason(case):
     details = score_details(text, [{"name": "f", "arguments": {}}])
     assert details["score"] == 0.0 and details["format_ok"] is False
     assert details["reason"].startswith("format: ")
-    assert compute_score(text, [{"name": "f", "arguments": {}}]) == 0.0
+    assert strict_score(text, [{"name": "f", "arguments": {}}]) == 0.0
 
 
 def test_details_of_a_mismatch():
@@ -234,7 +245,7 @@ def test_details_of_a_mismatch():
 )
 def test_bad_ground_truth_is_an_error(truth, match):
     with pytest.raises(ValueError, match=match):
-        compute_score(response(call("f")), truth)
+        strict_score(response(call("f")), truth)
 
 
 def test_values_equal():
@@ -256,7 +267,7 @@ def test_tags_survive_qwen_decoding():
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     decoded = tokenizer.decode(ids, skip_special_tokens=True)
     assert decoded == text
-    assert compute_score(decoded, WEATHER_TRUTH) == 1.0
+    assert strict_score(decoded, WEATHER_TRUTH) == 1.0
 
 
 def test_ground_truth_as_numpy_array():
@@ -264,7 +275,7 @@ def test_ground_truth_as_numpy_array():
     import numpy as np
 
     truth = np.array(WEATHER_TRUTH, dtype=object)
-    assert compute_score(response(call("get_weather", city="Paris", days=3)), truth) == 1.0
+    assert strict_score(response(call("get_weather", city="Paris", days=3)), truth) == 1.0
 
 
 # ---------------------------------------------------------------------------- list-of-dict answers
@@ -313,31 +324,31 @@ AGE, JOB = (
 )
 def test_list_of_dict_parameters_match_element_by_element(conditions, expected):
     text = response(call("database.query", table="user", conditions=conditions))
-    assert compute_score(text, DB_QUERY_TRUTH) == expected
+    assert strict_score(text, DB_QUERY_TRUTH) == expected
 
 
 def test_list_of_dict_entries_of_bfcl_are_winnable():
     people = [{"name": "李雷", "age": 18}, {"name": "李丽", "age": 21}]
     assert (
-        compute_score(response(call("extractor.extract_information", data=people)), EXTRACT_TRUTH)
+        strict_score(response(call("extractor.extract_information", data=people)), EXTRACT_TRUTH)
         == 1.0
     )
     with_schema = call("extractor.extract_information", data=people, schema="personal_info")
-    assert compute_score(response(with_schema), EXTRACT_TRUTH) == 1.0
+    assert strict_score(response(with_schema), EXTRACT_TRUTH) == 1.0
     older = [people[0], {**people[1], "age": 22}]
     assert (
-        compute_score(response(call("extractor.extract_information", data=older)), EXTRACT_TRUTH)
+        strict_score(response(call("extractor.extract_information", data=older)), EXTRACT_TRUTH)
         == 0.0
     )
     # An element's optional key may be omitted; a literal list of dicts still matches exactly.
     truth = [{"f": {"items": [[{"id": [1], "note": ["", "x"]}], [{"id": [7]}]]}}]
-    assert compute_score(response(call("f", items=[{"id": 1}])), truth) == 1.0
-    assert compute_score(response(call("f", items=[{"id": 1, "note": "x"}])), truth) == 1.0
-    assert compute_score(response(call("f", items=[{"id": 7}])), truth) == 1.0
-    assert compute_score(response(call("f", items=[{"id": 2}])), truth) == 0.0
+    assert strict_score(response(call("f", items=[{"id": 1}])), truth) == 1.0
+    assert strict_score(response(call("f", items=[{"id": 1, "note": "x"}])), truth) == 1.0
+    assert strict_score(response(call("f", items=[{"id": 7}])), truth) == 1.0
+    assert strict_score(response(call("f", items=[{"id": 2}])), truth) == 0.0
     literal = [{"f": {"points": [[{"x": 1, "y": 2}]]}}]
-    assert compute_score(response(call("f", points=[{"x": 1, "y": 2}])), literal) == 1.0
-    assert compute_score(response(call("f", points=[{"x": 1}])), literal) == 0.0
+    assert strict_score(response(call("f", points=[{"x": 1, "y": 2}])), literal) == 1.0
+    assert strict_score(response(call("f", points=[{"x": 1}])), literal) == 0.0
 
 
 # ---------------------------------------------------------------------------- numbers
@@ -360,8 +371,8 @@ def test_list_of_dict_entries_of_bfcl_are_winnable():
 def test_integer_answers_need_integers(value, expected, equal):
     assert values_equal(value, expected) is equal
     truth = [{"name": "f", "arguments": {"x": expected}}]
-    assert compute_score(response(call("f", x=value)), truth) == float(equal)
-    assert compute_score(response(call("f", x=value)), [{"f": {"x": [expected]}}]) == float(equal)
+    assert strict_score(response(call("f", x=value)), truth) == float(equal)
+    assert strict_score(response(call("f", x=value)), [{"f": {"x": [expected]}}]) == float(equal)
 
 
 JSON_SCALARS = st.one_of(
@@ -415,38 +426,37 @@ def test_a_rendered_call_scores_one_and_floats_only_match_floats(arguments):
     """Reference: the template rendering of the ground truth itself scores 1, in both truth forms;
     writing every integer as a float scores 0 exactly when the truth holds an integer."""
     text = response(call("f", **arguments))
-    assert compute_score(text + "<|im_end|>", [{"name": "f", "arguments": arguments}]) == 1.0
+    assert strict_score(text + "<|im_end|>", [{"name": "f", "arguments": arguments}]) == 1.0
     # In BFCL's form a dict of lists (or a list of them) is a pattern, not a literal, as BFCL's
     # checker reads it for a dict (list-of-dict) parameter.
     literal = {k: v for k, v in arguments.items() if not _pattern_shaped(v)}
     assert (
-        compute_score(response(call("f", **literal)), [{"f": {k: [v] for k, v in literal.items()}}])
+        strict_score(response(call("f", **literal)), [{"f": {k: [v] for k, v in literal.items()}}])
         == 1.0
     )
     floated = response(call("f", **_floats(arguments)))
     expected = 0.0 if _has_int(arguments) else 1.0
-    assert compute_score(floated, [{"name": "f", "arguments": arguments}]) == expected
+    assert strict_score(floated, [{"name": "f", "arguments": arguments}]) == expected
 
 
 # ---------------------------------------------------------------------------- degenerate input
 def test_deep_json_scores_zero_instead_of_raising():
     deep = response(block("[" * 1000))
-    assert compute_score(deep, WEATHER_TRUTH) == 0.0
+    assert strict_score(deep, WEATHER_TRUTH) == 0.0
     details = score_details(deep, WEATHER_TRUTH)
     assert details["format_ok"] is False and "deep" in details["reason"]
     nested = '{"name": "f", "arguments": {"x": ' + "[" * 2000 + "]" * 2000 + "}}"
-    assert compute_score(response(block(nested)), [{"name": "f", "arguments": {"x": []}}]) == 0.0
+    assert strict_score(response(block(nested)), [{"name": "f", "arguments": {"x": []}}]) == 0.0
     # At the bound the call parses; one level more is a format error.
     at_bound = {"x": json.loads("[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1))}
     assert (
-        compute_score(response(call("f", **at_bound)), [{"name": "f", "arguments": at_bound}])
-        == 1.0
+        strict_score(response(call("f", **at_bound)), [{"name": "f", "arguments": at_bound}]) == 1.0
     )
     over = {"x": json.loads("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)}
-    assert compute_score(response(call("f", **over)), [{"name": "f", "arguments": over}]) == 0.0
+    assert strict_score(response(call("f", **over)), [{"name": "f", "arguments": over}]) == 0.0
     # A ground truth that deep is a data error with a message, not a RecursionError.
     with pytest.raises(ValueError, match="ground_truth"):
-        compute_score(response(call("f")), "[" * 100000)
+        strict_score(response(call("f")), "[" * 100000)
 
 
 def test_verl_reward_function_survives_deep_json():

@@ -1,5 +1,6 @@
-"""One scorer protocol: every reward is a `Scorer`, and each verl entry point gives what its
-scorer gives on the same rows (the entry points only adapt arguments and results).
+"""One scorer protocol: every reward is a `Scorer`, and each verl entry point
+(`entropyrl.verl.rewards`, their one home) gives what its scorer gives on the same rows (the entry
+points only adapt arguments and results).
 
 The caption reward through a real CHAIR service is compared in tests/verl/test_rewards.py (its
 service fixtures); here it runs through verl's entry point without a service (CIDEr-D only) and
@@ -30,7 +31,7 @@ from entropyrl.rewards.function_calling import (
     score_details,
 )
 from entropyrl.rewards.sandbox import Sandbox, SandboxLimits
-from entropyrl.rewards.scorer import Score, Scorer, same_length, score_one
+from entropyrl.rewards.scorer import Score, Scorer, ScoringFailed, same_length, score_one
 
 REFERENCES = {
     1: ["a dog and a cat on a sofa", "a cat sits next to a dog", "two pets on a couch"],
@@ -135,6 +136,22 @@ def test_score_reads_its_fields_by_name():
     with pytest.raises(KeyError):
         scored["route"]
     assert Score(1.0).as_dict() == {"score": 1.0} and Score(1.0).reason == ""
+    assert Score(1.0).failure == ""  # a verdict, unless the scorer says it could not judge
+
+
+def test_a_score_that_is_no_verdict_is_raised_by_verls_adapter():
+    from entropyrl.verl.rewards import verl_dict
+
+    judged = Score(0.0, "wrong answer", {"passed": 0})
+    assert verl_dict(judged, ("score", "acc", "reason", "passed")) == {
+        "score": 0.0,
+        "acc": 0.0,
+        "reason": "wrong answer",
+        "passed": 0,
+    }
+    unjudged = Score(0.0, "checker down", {"passed": 0}, failure="math check timed out after 45 s")
+    with pytest.raises(ScoringFailed, match=r"^math check timed out after 45 s$"):
+        verl_dict(unjudged, ("score",))
 
 
 def test_same_length_names_every_sequence():
@@ -157,7 +174,8 @@ def test_function_calling_entry_points_give_the_scorers_values():
             "score": one.score,
             "acc": one.score,
         }
-        assert compute_score(text, truth, info) == one.score
+        with pytest.warns(DeprecationWarning, match="FunctionCallingScorer"):
+            assert compute_score(text, truth, info) == one.score  # the deprecated path
         assert score_details(text, truth, info) == one.as_dict(DETAIL_KEYS)
 
 
@@ -211,7 +229,7 @@ def test_sandbox_fusion_scorer_gives_the_functions_values():
 def test_hybrid_entry_point_gives_the_scorers_values_on_a_mixed_batch(tmp_path):
     pytest.importorskip("math_verify")
     from entropyrl.rewards.hybrid import RESULT_KEYS, HybridScorer
-    from entropyrl.rewards.hybrid import compute_score as hybrid_score
+    from entropyrl.verl.rewards import hybrid_score
 
     settings = {"unknown_ability": "zero", "code_score": "fraction", "tmp_root": str(tmp_path)}
     settings |= FAST

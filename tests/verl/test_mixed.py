@@ -62,7 +62,7 @@ def test_recipe_values(compose):
     ratio = cfg.algorithm.egpo_ratio
     assert (cfg.algorithm.entropy.mode, ratio.lambda_min, ratio.lambda_max) == ("answer", 0.5, 2.0)
     reward = cfg.reward.custom_reward_function
-    assert (reward.path, reward.name) == ("pkg://entropyrl.rewards.hybrid", "compute_score")
+    assert (reward.path, reward.name) == ("pkg://entropyrl.verl.rewards", "hybrid_score")
     assert reward.reward_kwargs.code_backend == "local"
     actor = cfg.actor_rollout_ref.actor
     assert cfg.data.train_batch_size // actor.ppo_mini_batch_size > 1  # the clip can act

@@ -386,7 +386,8 @@ def test_mixed_smoke_with_lora_scores_math_and_code_through_the_hybrid_reward(
     assert any(row["data"]["egpo/weight/std"] > 0 for row in rows)
     assert config.algorithm.adv_estimator == "egpo_ratio"
     assert config.algorithm.entropy.mode == "answer"
-    assert config.reward.custom_reward_function.path.endswith("entropyrl.rewards.hybrid")
+    assert config.reward.custom_reward_function.path.endswith("entropyrl.verl.rewards")
+    assert config.reward.custom_reward_function.name == "hybrid_score"
     assert_the_sync_was_judged(out, "adapter")
     # Hydra's own output folder stays inside the run folder
     assert (out / "hydra" / ".hydra" / "config.yaml").is_file()
