@@ -150,6 +150,35 @@ def reward_part_metrics(
     return metrics
 
 
+def _chair_rows(
+    extra_fields: Sequence[Any] | None, valid: torch.Tensor | None
+) -> list[Mapping[str, Any]]:
+    """The real rows' reward infos that report CHAIR (a `chair_i` key, NaN when unscored)."""
+    if extra_fields is None:
+        return []
+    return [info for info in _real_rows(extra_fields, valid) if info and "chair_i" in info]
+
+
+def chair_fallback_rows(
+    extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
+) -> list[dict[str, Any]]:
+    """The reward infos (plain values) of the real rows the CHAIR service gave no answer for: no
+    finite CHAIR_i and the reward's `chair_fallback` mark (`entropyrl.rewards.caption`)."""
+    return [
+        {key: _unwrap(value) for key, value in info.items()}
+        for info in _chair_rows(extra_fields, valid)
+        if _finite_value(info, "chair_i") is None
+        and bool(_unwrap(info.get("chair_fallback", False)))
+    ]
+
+
+def chair_reporting_rows(
+    extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
+) -> int:
+    """How many real rows report CHAIR at all (scored or not): 0 for a reward without it."""
+    return len(_chair_rows(extra_fields, valid))
+
+
 def chair_status_metrics(
     extra_fields: Sequence[Any] | None, valid: torch.Tensor | None = None
 ) -> dict[str, float]:
@@ -159,18 +188,11 @@ def chair_status_metrics(
     answer (unreachable, the documented fallback); `chair/error_samples`: it answered with an
     error for that caption (e.g. an unknown image id). Empty when the reward reports no CHAIR.
     """
-    if extra_fields is None:
-        return {}
-    infos = [info for info in _real_rows(extra_fields, valid) if info and "chair_i" in info]
+    infos = _chair_rows(extra_fields, valid)
     if not infos:
         return {}
-    chair = chair_from_extra_fields([{"reward_extra_info": info} for info in infos], len(infos))
-    scored = int(torch.isfinite(chair).sum())
-    fallback = sum(
-        1
-        for info, value in zip(infos, chair.tolist())
-        if value != value and bool(_unwrap(info.get("chair_fallback", False)))
-    )
+    scored = sum(1 for info in infos if _finite_value(info, "chair_i") is not None)
+    fallback = len(chair_fallback_rows(extra_fields, valid))
     return {
         "chair/scored_samples": float(scored),
         "chair/fallback_samples": float(fallback),

@@ -1,6 +1,7 @@
 """`trainer.v1.trainer_mode=entropyrl`: verl's sync PPO trainer plus entropy and CHAIR plumbing.
 
-Per step, around verl's own `_compute_advantage` (KL-in-reward, rollout correction and the
+The trainer does what only a trainer does: the advantage step and the hooks verl calls. Per
+step, around verl's own `_compute_advantage` (KL-in-reward, rollout correction and the
 estimator call stay verl's):
 - one step context (`entropyrl.verl.inputs.Step`) carries the run's parsed algorithm sections,
   what the estimator declares it reads (the per-token entropy of the old-policy pass, which verl
@@ -8,6 +9,9 @@ estimator call stay verl's):
   bounds into verl's estimator call; the estimator's metrics come back from `with_step`;
 - each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high`, written next
   to `advantages` so every mini-batch and PPO epoch of the actor update carries it;
+- samples the CHAIR service gave no answer for are bounded by
+  `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.chair_fallback`: a warning per step,
+  past the limit a stop naming the service and the node; `CHAIR_OPTIONAL=1` lifts it);
 - `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
   estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
   response tokens).
@@ -16,18 +20,14 @@ After init the actor workers get `PerSampleClipPPOLoss`, which hands that field 
 schedule is on (`algorithm.clip_schedule.enable`, the one switch; `policy_loss.loss_mode` may
 stay verl's default) or the config names that loss.
 
-Around the replay buffer: every batch it hands over, training and validation, is counted against
-what was asked for (`entropyrl.verl.lost_samples`): samples lost to failed sessions are logged
-(`rollout/lost_samples`) with the causes the reward workers reported
-(`entropyrl.verl.reward_failures`), and past `algorithm.lost_samples.max_fraction`, on a refused
-CHAIR token, or when nothing arrived, the run stops with one line saying why.
-
-Around verl's checkpoints and validation:
-- every checkpoint gets the run's settings beside it (`entropyrl.verl.checks.checkpoints`), which the
-  plugin compares before Ray starts so that `resume_mode: auto` continues only the same run; a
-  run resumed at or past its last step says there is nothing left to do; the file logger writes
-  `metrics.jsonl` in the checkpoint folder unless `VERL_FILE_LOGGER_PATH` says otherwise, and a
-  resumed run's keeps the rows of the steps before its checkpoint (verl's opens the file afresh);
+Collaborators, none of which changes an object of verl's:
+- `entropyrl.verl.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
+  validation, is counted against what was asked for (`entropyrl.verl.lost_samples`), and a batch
+  that lost every sample stops with our line and the causes the reward workers reported;
+- `entropyrl.verl.run_log` keeps `metrics.jsonl` in the checkpoint folder, writes a resumed
+  run's earlier rows back through the file logger verl hands this trainer's `logger` attribute,
+  and records the run's settings beside every checkpoint (`entropyrl.verl.checks.checkpoints`,
+  compared before Ray starts so that `resume_mode: auto` continues only the same run);
 - validation means of CHAIR scores (`chair_i`, `chair_s`, `recall`) are over the captions the
   service scored, with the count of unscored ones beside them (`val-aux/<source>/chair_unscored`):
   verl averages with `np.mean`, where one unscored caption (NaN) made the mean NaN.
@@ -36,11 +36,8 @@ Around verl's checkpoints and validation:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +50,14 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import reward_failures
+from entropyrl.verl import chair_fallback
 from entropyrl.verl.checks import checkpoints
 from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
 from entropyrl.verl.hooks import (
     build_step,
+    chair_fallback_rows,
     chair_from_extra_fields,
+    chair_reporting_rows,
     chair_status_metrics,
     clip_high_from_chair,
     reward_infos,
@@ -66,19 +65,30 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import with_step
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
-from entropyrl.verl.lost_samples import (
-    LostSamplesError,
-    account,
-    refused_token,
-    sessions_received,
-)
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
+from entropyrl.verl.run_log import (
+    RESOLVED_CONFIG_ENV,
+    ResumedLog,
+    default_metrics_path,
+    empty_training_set,
+    metrics_file_path,
+    record_checkpoint,
+    write_resolved_config,
+)
+from entropyrl.verl.sampling import CountedSampler, SampleAccounting
 from entropyrl.verl.tensors import padded
 
+__all__ = [
+    "RESOLVED_CONFIG_ENV",  # where they were before run_log: kept importable from here
+    "TRAINER_MODE",
+    "EntropyPPOTrainer",
+    "default_metrics_path",
+    "empty_training_set",
+    "write_resolved_config",
+]
+
 TRAINER_MODE = VERL_TRAINER_MODE
-# Where to write the fully resolved config this run trains with (a reproducibility record).
-RESOLVED_CONFIG_ENV = "ENTROPYRL_RESOLVED_CONFIG"
 _TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")
 # CHAIR values a caption the service could not score carries as NaN (entropyrl.verl.rewards)
 CHAIR_VALUES = ("chair_i", "chair_s", "recall", "hallucinated")
@@ -138,29 +148,6 @@ def scored_chair_values(reward_extra_infos: dict[str, list[Any]]) -> dict[str, l
     return infos
 
 
-def write_resolved_config(config: Any, path: Path) -> None:
-    """The config as the trainer sees it (interpolations resolved), as YAML, written atomically."""
-    from omegaconf import OmegaConf
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(OmegaConf.to_yaml(config, resolve=True))
-    os.replace(partial, path)
-
-
-def default_metrics_path(config: Any, environ: Mapping[str, str] | None = None) -> str | None:
-    """Where verl's file logger should write when the run does not say (`VERL_FILE_LOGGER_PATH`
-    unset): `metrics.jsonl` in the checkpoint folder, the run's own folder, shared between nodes
-    and kept through a crash (verl's default is `./<project>/<experiment>.jsonl` in whatever
-    folder the trainer's process started in). None when the file logger is off or placed."""
-    environ = os.environ if environ is None else environ  # at call time: `datasets` rebinds it
-    loggers = config.trainer.get("logger") or []
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
-    if "file" not in loggers or environ.get("VERL_FILE_LOGGER_PATH"):
-        return None
-    return os.path.join(str(config.trainer.default_local_dir), "metrics.jsonl")
-
-
 def per_sample_clip_actor(actor: Any) -> Any:
     """The actor section the per-sample bound's loss runs with: the run's own, its
     `policy_loss.loss_mode` set to `per_sample_clip` when the schedule switched it on (the
@@ -172,53 +159,6 @@ def per_sample_clip_actor(actor: Any) -> Any:
     own = OmegaConf.create(OmegaConf.to_container(actor, resolve=True))
     own.policy_loss.loss_mode = LOSS_NAME
     return own
-
-
-def empty_training_set(config: Any, rows: int) -> str:
-    """Why a run has no step to train (verl would log nothing and exit 0)."""
-    batch = int(config.data.train_batch_size)
-    filtered = bool(config.data.get("filter_overlong_prompts", False))
-    return (
-        f"no training step: the training set holds {rows} row(s) after verl's dataset read "
-        f"{config.data.train_files}, fewer than data.train_batch_size={batch}"
-        + (
-            " (data.filter_overlong_prompts=true dropped every row verl could not measure or "
-            "found longer than data.max_prompt_length: for image rows, qwen_vl_utils and "
-            "torchvision must import; entropyrl doctor --recipe checks)"
-            if filtered
-            else ""
-        )
-    )
-
-
-def resumed_file_logger(base: type, resumed_step: int) -> type:
-    """verl's `FileLogger` for a run resumed after `resumed_step`: it keeps the file's rows of
-    steps up to that one (verl opens the file with "wb", which drops them) and drops later ones,
-    which the resumed run logs again."""
-
-    class ResumedFileLogger(base):  # type: ignore[misc, valid-type]
-        def __init__(self, project_name: str, experiment_name: str) -> None:
-            # where verl's FileLogger writes (verl/utils/tracking.py)
-            path = os.getenv("VERL_FILE_LOGGER_PATH") or os.path.join(
-                os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", ".")),
-                project_name,
-                f"{experiment_name}.jsonl",
-            )
-            kept = []
-            if os.path.isfile(path):
-                for line in Path(path).read_bytes().splitlines():
-                    try:
-                        step = json.loads(line)["step"]
-                    except (ValueError, KeyError, TypeError):
-                        continue
-                    if isinstance(step, int) and step <= resumed_step:
-                        kept.append(line + b"\n")
-            super().__init__(project_name, experiment_name)
-            for line in kept:
-                self.fp.write(line)
-
-    ResumedFileLogger.__name__ = ResumedFileLogger.__qualname__ = base.__name__
-    return ResumedFileLogger
 
 
 @register_trainer(TRAINER_MODE)
@@ -242,7 +182,6 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         # Misspelt or out-of-range algorithm settings stop the run here, before any worker.
         self._specs = algorithm_specs(config.algorithm)
-        self._failures: list[tuple[reward_failures.Failure, int]] = []  # reported, not counted
         super().__init__(config, *args, **kwargs)
         path = os.environ.get(RESOLVED_CONFIG_ENV)
         if path:
@@ -261,62 +200,21 @@ class EntropyPPOTrainer(PPOTrainerSync):
             self._think_ids = think_tag_ids(self.tokenizer)
         return self._think_ids
 
-    # -- samples asked for and received -------------------------------------------------------
+    # -- samples asked for and received (entropyrl.verl.sampling) ----------------------------
 
     def _build_replay_buffer(self) -> Any:
-        buffer = super()._build_replay_buffer()
-        sample = buffer.sample
-
-        @functools.wraps(sample)
-        def counted_sample(global_steps: int, partition_id: str, batch_size: int) -> tuple:
-            batch, metrics = sample(
-                global_steps=global_steps, partition_id=partition_id, batch_size=batch_size
-            )
-            extra = self._count_samples(batch, global_steps, partition_id, batch_size)
-            return batch, {**metrics, **extra}
-
-        buffer.sample = counted_sample
-        return buffer
-
-    def _reported_failures(self) -> list[tuple[reward_failures.Failure, int]]:
-        """The failures the reward workers reported since the last batch was counted."""
-        self._failures.extend(reward_failures.drain())
-        return self._failures
-
-    @staticmethod
-    def _stop(line: str) -> None:
-        """Stop the run for lost samples: the line on the driver's stderr, then the error."""
-        print(f"entropyrl: {line}", file=sys.stderr, flush=True)
-        raise LostSamplesError(line)
-
-    def _count_samples(
-        self, batch: Any, global_steps: int, partition_id: str, batch_size: int
-    ) -> dict[str, float]:
-        """Judge a batch the replay buffer handed over (`entropyrl.verl.lost_samples.account`):
-        stop the run with its line, or print the losses and return the step's metrics."""
         rollout = self.config.actor_rollout_ref.rollout
-        validating = partition_id == "val"
-        per_prompt = int(rollout.val_kwargs.n if validating else rollout.n)
-        verdict = account(
-            where=f"validation at step {global_steps}" if validating else f"step {global_steps}",
-            expected=int(batch_size) * per_prompt,
-            received=sessions_received(batch.keys),
-            failures=self._reported_failures(),
+        self._accounting = SampleAccounting(
+            rollout_n=int(rollout.n),
+            val_n=int(rollout.val_kwargs.n),
             max_fraction=self.specs.lost_samples.max_fraction,
         )
-        self._failures = []
-        if verdict.stop:
-            self._stop(verdict.stop)
-        if verdict.warning:
-            print(f"entropyrl: warning: {verdict.warning}", file=sys.stderr, flush=True)
-        return {} if validating else verdict.metrics
+        return CountedSampler(super()._build_replay_buffer(), self._accounting)
 
     def _add_prompts_to_generate(self, num_prompts: int) -> int:
         # verl refills failed groups here when asked to (sync_refill_failed_groups): a refused
         # token would fail every refill, so it stops the run before the next one
-        stop = refused_token(f"step {self.global_steps}", self._reported_failures())
-        if stop:
-            self._stop(stop)
+        self._accounting.stop_on_refused_token(int(self.global_steps))
         return super()._add_prompts_to_generate(num_prompts)
 
     def on_init_end(self) -> None:
@@ -354,6 +252,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         valid = torch.tensor(
             [not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool
         )
+        self._judge_chair_fallbacks(extra_fields, valid)
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
         clip_high, clip_metrics = clip_high_from_chair(chair_i, self.specs.clip_schedule, valid)
         verl_step = functools.partial(super()._compute_advantage, batch, metrics)
@@ -386,6 +285,17 @@ class EntropyPPOTrainer(PPOTrainerSync):
                 fields=TensorDict({CLIP_FIELD: clip_high}, batch_size=len(batch)),
             )
         return batch
+
+    def _judge_chair_fallbacks(self, extra_fields: list[Any] | None, valid: torch.Tensor) -> None:
+        """Warn about, or stop for, this step's samples without a CHAIR answer."""
+        kwargs = self.config.reward.custom_reward_function.get("reward_kwargs", None)
+        chair_fallback.judge(
+            where=f"step {self.global_steps}",
+            fallback_rows=chair_fallback_rows(extra_fields, valid),
+            samples=chair_reporting_rows(extra_fields, valid),
+            max_fraction=self.specs.chair_fallback.max_fraction,
+            url=chair_fallback.service_url(kwargs, os.environ),
+        ).apply()
 
     def _trace(
         self,
@@ -421,21 +331,30 @@ class EntropyPPOTrainer(PPOTrainerSync):
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()
-        folder = checkpoints.checkpoint_folder(self.config)
-        checkpoints.write_settings(folder, self.config, int(self.global_steps))
-        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
-        if keep:  # verl's workers forget the checkpoints of a run before a resume
-            checkpoints.remove_older(folder, keep=int(keep))
+        record_checkpoint(self.config, int(self.global_steps))
+
+    @property
+    def logger(self) -> Any:
+        """verl's `Tracking`, which `fit` builds and assigns here; a resumed run's earlier rows of
+        the metrics file go back into it then (`entropyrl.verl.run_log.ResumedLog`)."""
+        return self.__dict__.get("_tracking")
+
+    @logger.setter
+    def logger(self, tracking: Any) -> None:
+        self.__dict__["_tracking"] = tracking
+        resumed = self.__dict__.pop("_resumed_log", None)
+        if resumed is not None:
+            resumed.restore(tracking)
 
     def fit(self, agent_loop_manager: Any) -> None:
         metrics = default_metrics_path(self.config)
         if metrics is not None:  # read by verl's FileLogger when super().fit() builds it
             os.makedirs(os.path.dirname(metrics) or ".", exist_ok=True)
             os.environ["VERL_FILE_LOGGER_PATH"] = metrics
-        if self.global_steps > 0:
-            from verl.utils import tracking
-
-            tracking.FileLogger = resumed_file_logger(tracking.FileLogger, int(self.global_steps))
+        if self.global_steps > 0:  # read before verl's FileLogger opens the file afresh
+            trainer = self.config.trainer
+            path = metrics_file_path(trainer.project_name, trainer.experiment_name, os.environ)
+            self._resumed_log = ResumedLog(path, int(self.global_steps))
         if self.total_training_steps <= 0:
             raise RuntimeError(empty_training_set(self.config, len(self.train_dataset)))
         if self.global_steps >= self.total_training_steps:

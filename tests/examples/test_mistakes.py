@@ -63,6 +63,14 @@ LAUNCH_MISTAKES = {
     "another misspelt flag": (["--smok"], "unknown option --smok (the options: --dry-run,"),
 }
 
+# Mistakes in the launch script's environment: (its variables, the line).
+LAUNCH_ENV_MISTAKES = {
+    "a misspelt comparison run": (
+        {"EXPERIMENT": "baselin"},
+        "EXPERIMENT must be entropyrl, baseline, penalty or reversed, got 'baselin'",
+    ),
+}
+
 DEMO_MISTAKES = {
     "no thread": (["--threads", "0"], "--threads: invalid value 0 (must be >= 1)"),
     "a group of one": (["--samples-per-prompt", "1"], "--samples-per-prompt: invalid value 1"),
@@ -92,6 +100,22 @@ def test_a_launch_mistake_is_one_line(mistake, tmp_path) -> None:
         capture_output=True,
         text=True,
         env={**env, "DATA_DIR": str(tmp_path / "data"), "MODEL_PATH": str(tmp_path / "model")},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert needle in one_error_line(result)
+
+
+@pytest.mark.parametrize("mistake", LAUNCH_ENV_MISTAKES)
+def test_a_launch_environment_mistake_is_one_line(mistake, tmp_path) -> None:
+    variables, needle = LAUNCH_ENV_MISTAKES[mistake]
+    env = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "DRY_RUN")}
+    env.update(DATA_DIR=str(tmp_path / "data"), MODEL_PATH=str(tmp_path / "model"), **variables)
+    result = subprocess.run(
+        ["bash", str(REPO / "examples" / "chair_mscoco.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
         cwd=tmp_path,
         timeout=300,
     )

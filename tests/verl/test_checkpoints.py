@@ -1,8 +1,8 @@
 """Checkpoints continue only the run that wrote them; validation means survive unscored captions.
 
 The decisions of `entropyrl.verl.checks.checkpoints` on folders laid out as verl 0.9.1 writes them
-(`global_step_N/`, `latest_checkpointed_iteration.txt`), the trainer's file logger for a
-resumed run (verl's own `FileLogger` underneath), and the trainer's validation metrics through
+(`global_step_N/`, `latest_checkpointed_iteration.txt`), the metrics a resumed run keeps
+(`entropyrl.verl.run_log`, through verl's own `Tracking` and `FileLogger`), and the trainer's validation metrics through
 verl's own `process_validation_metrics`. The whole path (a killed smoke resumed, another
 estimator refused, a finished run) runs in tests/rig/smoke/test_smoke.py.
 """
@@ -133,18 +133,28 @@ def test_older_checkpoints_are_removed_beyond_the_kept_number(tmp_path):
 
 
 def test_a_resumed_runs_metrics_keep_the_steps_before_its_checkpoint(tmp_path, monkeypatch):
-    from verl.utils.tracking import FileLogger
+    """verl's own `Tracking` (file backend) built as `fit` builds it and handed to the trainer's
+    `logger`: the rows up to the checkpoint come back, later ones are logged again."""
+    from verl.utils import tracking
+    from verl.utils.tracking import FileLogger, Tracking
 
-    from entropyrl.verl.trainer import resumed_file_logger
+    from entropyrl.verl.run_log import ResumedLog, metrics_file_path
+    from entropyrl.verl.trainer import EntropyPPOTrainer
 
     path = tmp_path / "metrics.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    assert metrics_file_path("project", "experiment", {"VERL_FILE_LOGGER_PATH": str(path)}) == (
+        str(path)
+    )
     path.write_text("".join(json.dumps({"step": s, "data": {"x": s}}) + "\n" for s in (1, 2, 3)))
-    logger = resumed_file_logger(FileLogger, resumed_step=2)("project", "experiment")
-    logger.log({"x": 30}, step=3)
-    logger.finish()
+    trainer = EntropyPPOTrainer.__new__(EntropyPPOTrainer)
+    trainer._resumed_log = ResumedLog(str(path), resumed_step=2)  # what fit reads first
+    trainer.logger = Tracking("project", "experiment", default_backend=["file"])
+    trainer.logger.log({"x": 30}, step=3)
+    trainer.logger.logger["file"].finish()
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["step"], r["data"]["x"]) for r in rows] == [(1, 1), (2, 2), (3, 30)]
+    assert tracking.FileLogger is FileLogger  # verl's module is as verl wrote it
     fresh = FileLogger("project", "experiment")  # verl's own: a fresh run starts the file over
     fresh.finish()
     assert path.read_text() == ""

@@ -41,11 +41,20 @@ def test_mode_and_settings_are_the_sync_trainers(trainers):
 def test_replay_buffer_is_the_sync_one(trainers):
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
+    from entropyrl.verl.sampling import CountedSampler
+
     sync, ours = trainers
-    assert type(ours.replay_buffer) is type(sync.replay_buffer) is ReplayBuffer
-    assert not isinstance(ours.replay_buffer, ReplayBufferAsync)
-    assert vars(ours.replay_buffer)["trainer_mode"] == "sync"
-    assert vars(ours.replay_buffer)["trainer_config"] == vars(sync.replay_buffer)["trainer_config"]
+    assert isinstance(ours.replay_buffer, CountedSampler)  # ours counts; verl's buffer inside
+    inner = ours.replay_buffer.inner
+    assert type(inner) is type(sync.replay_buffer) is ReplayBuffer
+    assert not isinstance(inner, ReplayBufferAsync)
+    assert vars(inner)["trainer_mode"] == "sync"
+    assert vars(inner)["trainer_config"] == vars(sync.replay_buffer)["trainer_config"]
+    # the sync keyword arguments verl gives its own buffer reach it (custom_sampler's would not)
+    assert (
+        ours.replay_buffer.sync_refill_failed_groups == sync.replay_buffer.sync_refill_failed_groups
+    )
+    assert "sample" not in vars(inner)  # verl's method, not replaced on the instance
 
 
 def test_sync_keyed_paths_take_the_sync_branch(trainers):
