@@ -1,4 +1,4 @@
-"""Per-sample clip_high bound (PPO's upper clip, 1 + clip_high) from a hallucination score such as CHAIR_i."""
+"""Per-sample PPO clip bounds (1 + clip_high, 1 - clip_low) from a hallucination score such as CHAIR_i."""
 
 from __future__ import annotations
 
@@ -7,7 +7,36 @@ from torch import Tensor
 
 from entropyrl.core.specs import CLIP_RULES, DIRECTIONS, ClipScheduleSpec
 
-__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_bounds"]
+__all__ = ["CLIP_RULES", "DIRECTIONS", "clip_high_bounds", "clip_low_bounds"]
+
+
+def clip_low_bounds(
+    chair_i: Tensor | None, spec: ClipScheduleSpec, *, batch_size: int | None = None
+) -> Tensor:
+    """Each sample's PPO clip_low (the ratio's floor is 1 - clip_low) from its CHAIR_i.
+
+    Hallucinating samples mostly carry a negative advantage, so PPO clips them on the low side:
+    their ratio is floored at 1 - clip_low, and this is the bound that limits how far one
+    update can push their tokens down (raising their clip_high moves almost nothing). The rules
+    are `clip_high_bounds`'s, read on this side: ``spec.low`` is a clean sample's clip_low,
+    ``spec.high`` a hallucinating one's, with
+
+    - ``step``: clip_low = low if chair_i < threshold else high (float32 comparison);
+    - ``linear``: low + (high - low) * clamp((chair_i - threshold) / (saturation - threshold), 0, 1);
+    - ``sigmoid``: low + (high - low) * sigmoid((chair_i - threshold) / temperature);
+    - ``direction="hallucinated_low"`` swaps the two ends (high for clean, low for hallucinating);
+    - NaN (unscored) or no scores at all: ``neutral``, default ``low`` (a clean sample's bound).
+
+    A clip_low at or above 1 removes the floor (the ratio is >= 0); the spec keeps it below 1.
+
+    Args:
+        chair_i: Tensor[B] scores >= 0 (NaN = missing), or None; batch_size: B (required
+            without ``chair_i``).
+
+    Returns:
+        Tensor[B] float32.
+    """
+    return clip_high_bounds(chair_i, spec, batch_size=batch_size)
 
 
 def clip_high_bounds(

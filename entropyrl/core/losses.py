@@ -1,4 +1,4 @@
-"""PPO clipped surrogate with per-sample clip bounds, dual clip and verl's aggregation modes."""
+"""PPO clipped surrogate with per-sample or per-token clip bounds, dual clip and verl's aggregation modes."""
 
 from __future__ import annotations
 
@@ -50,16 +50,17 @@ def ppo_clip_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = PpoClipSpec.clip_low,
+    clip_low: float | Tensor = PpoClipSpec.clip_low,
     clip_high: float | Tensor = PpoClipSpec.clip_high,
     clip_c: float | None = PpoClipSpec.clip_c,
     agg: str | None = "token-mean",
 ) -> tuple[Tensor, dict[str, float], ClipMasks]:
     """PPO clipped policy loss, as verl's ``compute_policy_loss_vanilla`` computes it.
 
-    Per token of sample b, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and the
-    sample's bound clip_high[b] (a float bound is every sample's):
-    L = max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high[b])); for A < 0 and ``clip_c`` set,
+    Per token t of sample b, with rho = exp(clamp(log_prob - old_log_prob, -20, 20)) and the
+    token's bounds clip_low[b, t], clip_high[b, t] (a float bound is every token's, a [B] bound
+    every token of its sample's; `entropyrl.core.token_credit.token_clip_bounds` builds [B, T]):
+    L = max(-A rho, -A clip(rho, 1 - clip_low[b, t], 1 + clip_high[b, t])); for A < 0 and ``clip_c`` set,
     the dual clip caps it at -clip_c * A (Ye et al. 2019, arXiv 1912.09729). With a float
     ``clip_high`` this equals verl's loss (DAPO clip-higher defaults 0.2 / 0.28).
 
@@ -68,8 +69,8 @@ def ppo_clip_loss(
             and the rollout policy.
         advantages: Tensor[B] or Tensor[B, T].
         mask: Tensor[B, T] response mask (bool or 0/1).
-        clip_low: the lower bound's epsilon (>= 0). clip_high: float or Tensor[B] (>= 0; the bounds of a
-            `ClipScheduleSpec` or `PpoClipSpec.clip_high`, checked where those specs are built).
+        clip_low, clip_high: the bounds' epsilons, each a float, Tensor[B] or Tensor[B, T] (>= 0;
+            a float clip_low is checked here, tensor bounds where their specs are built).
         clip_c: dual-clip constant (> 1), or None to disable the dual clip.
         agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``, verl's
             ``agg_loss`` semantics with the normalisers taken from this batch; None: no
@@ -81,7 +82,7 @@ def ppo_clip_loss(
         1 + clip_high, A > 0), ``clip/frac_low`` (clipped at 1 - clip_low, A < 0; their sum is
         verl's ``pg_clipfrac``), ``clip/frac_dual`` (dual clip active; verl's
         ``pg_clipfrac_lower``), ``clip/high_mean`` (mean clip_high over samples with a valid
-        token), ``ppo_kl``.
+        token; over response tokens for a [B, T] bound), ``ppo_kl``.
     """
     if agg is not None and agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES} or None, got {agg!r}")
@@ -112,7 +113,10 @@ def ppo_clip_loss(
     token_loss = torch.where(keep, pg_losses, 0.0)
 
     sample_has = keep.any(dim=-1)
-    if isinstance(clip_high, Tensor):
+    if isinstance(clip_high, Tensor) and clip_high.dim() == 2:
+        ch = clip_high.to(device=log_prob.device, dtype=torch.float64)
+        high_mean = torch.where(keep, ch, 0.0).sum() / keep.sum().clamp_min(1)
+    elif isinstance(clip_high, Tensor):
         ch = clip_high.to(device=log_prob.device, dtype=torch.float64)
         high_mean = (ch * sample_has).sum() / sample_has.sum().clamp_min(1)
     else:
@@ -140,7 +144,7 @@ def _checked_advantages(
     old_log_prob: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    clip_low: float,
+    clip_low: float | Tensor,
     clip_high: float | Tensor,
 ) -> Tensor:
     """Shapes checked (the values of the bounds are the specs'); advantages as [B, 1] or [B, T]."""
@@ -154,30 +158,42 @@ def _checked_advantages(
         advantages = advantages.unsqueeze(-1)
     elif advantages.shape != log_prob.shape:
         raise ValueError(f"advantages must be [B] or [B, T], got shape {tuple(advantages.shape)}")
-    if isinstance(clip_low, Tensor):
-        raise ValueError("clip_low must be a float (only clip_high may vary per sample)")
-    if not (clip_low >= 0 and math.isfinite(clip_low)):
+    if not isinstance(clip_low, Tensor) and not (clip_low >= 0 and math.isfinite(clip_low)):
         # verl's actor.clip_ratio_low reaches the loss without a spec of ours.
         raise ValueError(f"clip_low must be a finite float >= 0, got {clip_low}")
-    if isinstance(clip_high, Tensor) and (clip_high.dim() != 1 or clip_high.shape[0] != bsz):
-        raise ValueError(
-            f"clip_high as a tensor must be [B] = [{bsz}] (one bound per row of the batch), "
-            f"got {tuple(clip_high.shape)}"
-        )
+    for name, bound in (("clip_low", clip_low), ("clip_high", clip_high)):
+        if isinstance(bound, Tensor) and not (
+            (bound.dim() == 1 and bound.shape[0] == bsz) or bound.shape == log_prob.shape
+        ):
+            raise ValueError(
+                f"{name} as a tensor must be [B] = [{bsz}] (one bound per row) or [B, T] = "
+                f"{list(log_prob.shape)} (one per token), got {tuple(bound.shape)}"
+            )
     return advantages
 
 
+def _edge(bound: Tensor, sign: float, like: Tensor) -> Tensor:
+    """1 + sign * bound as [B, 1] or [B, T]: computed in float64, then rounded once, so a
+    tensor bound gives the same edge a float bound gives."""
+    edge = (1.0 + sign * bound.to(device=like.device, dtype=torch.float64)).to(like.dtype)
+    return edge.unsqueeze(-1) if edge.dim() == 1 else edge
+
+
 def _ratio_and_clipped(
-    log_prob: Tensor, old_log_prob: Tensor, clip_low: float, clip_high: float | Tensor
+    log_prob: Tensor, old_log_prob: Tensor, clip_low: float | Tensor, clip_high: float | Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(clamped log-ratio, ratio, ratio clipped to [1 - clip_low, 1 + clip_high]), all [B, T]."""
     neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(neg_kl)
-    if isinstance(clip_high, Tensor):
-        # 1 + eps in float64, then rounded once: the same bound a float clip_high gives.
-        upper = (1.0 + clip_high.to(device=log_prob.device, dtype=torch.float64)).to(ratio.dtype)
-        # A tensor bound needs minimum/maximum: torch.clamp cannot mix a float and a tensor.
-        clipped = torch.minimum(torch.clamp(ratio, min=1.0 - clip_low), upper.unsqueeze(-1))
+    if not isinstance(clip_low, Tensor) and not isinstance(clip_high, Tensor):
+        return neg_kl, ratio, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    # A tensor bound needs minimum/maximum: torch.clamp cannot mix a float and a tensor.
+    if isinstance(clip_low, Tensor):
+        clipped = torch.maximum(ratio, _edge(clip_low, -1.0, ratio))
     else:
-        clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+        clipped = torch.clamp(ratio, min=1.0 - clip_low)
+    if isinstance(clip_high, Tensor):
+        clipped = torch.minimum(clipped, _edge(clip_high, 1.0, ratio))
+    else:
+        clipped = torch.clamp(clipped, max=1.0 + clip_high)
     return neg_kl, ratio, clipped
