@@ -34,6 +34,10 @@ class Step:
     ref_log_prob: [B, T] per-token log-probs of the reference policy (MaxEnt-GRPO), or None.
     clip_high: [B] each sample's PPO clip-high bound from the clip schedule, or None (verl's
         constant `actor.clip_ratio_high` for every sample).
+    clip_low: [B] each sample's PPO clip-low bound from the clip-low schedule, or None (verl's
+        `actor.clip_ratio_low`).
+    hallucinated_tokens: [B, T] 0/1 on the response tokens of hallucinated mentions, or None.
+    token_clip: (low, high) bounds of those tokens under the token clip, or None (off).
     """
 
     specs: AlgorithmSpecs | None = None
@@ -41,6 +45,9 @@ class Step:
     segment_mask: torch.Tensor | None = None
     ref_log_prob: torch.Tensor | None = None
     clip_high: torch.Tensor | None = None
+    clip_low: torch.Tensor | None = None
+    hallucinated_tokens: torch.Tensor | None = None
+    token_clip: tuple[float, float] | None = None
 
 
 @dataclass
