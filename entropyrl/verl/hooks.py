@@ -4,7 +4,9 @@
 these, and writes the results back; tests call them on hand-built batches. Settings come from
 the algorithm sections (`entropyrl.core.specs`): `algorithm.entropy.{mode, source}` shape the
 estimators' entropy input, `algorithm.clip_schedule.*` turns each sample's CHAIR_i into its
-clip_high bound.
+clip_high bound, `algorithm.clip_low_schedule.*` into its clip_low bound; the token mechanisms
+(`algorithm.token_penalty`, `algorithm.token_clip`) read the response token positions of each
+sample's hallucinated mentions from the reward's extra info.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from typing import Any
 import torch
 
 from entropyrl.core.algorithms import entropy_inputs
-from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.clip_schedules import clip_high_bounds, clip_low_bounds
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS
 from entropyrl.core.specs import AlgorithmSpecs, ClipScheduleSpec
+from entropyrl.core.token_credit import (
+    hallucinated_token_mask,
+    hallucinated_token_share,
+    token_penalty_advantage,
+)
 from entropyrl.verl.inputs import Step
+
+# The caption reward's extra-info key: response token indices of the hallucinated mentions.
+TOKEN_POSITIONS_KEY = "hallucinated_token_positions"
 
 
 def build_step(
@@ -234,3 +244,99 @@ def clip_high_from_chair(
         metrics["chair/chair_i_mean"] = float(scored.mean().item())
         metrics["chair/hallucinated_frac"] = float((scored >= spec.threshold).float().mean().item())
     return clip_high, metrics
+
+
+def clip_low_from_chair(
+    chair_i: torch.Tensor, spec: ClipScheduleSpec, valid: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Per-sample clip_low [B] from CHAIR_i [B] under the clip-low schedule, or None when off
+    (verl's `actor.clip_ratio_low` for every sample); `clip/low_bound_*` over `valid` rows."""
+    if not spec.enable:
+        return None, {}
+    clip_low = clip_low_bounds(chair_i, spec)
+    rows = clip_low if valid is None else clip_low[valid]
+    if not rows.numel():
+        return clip_low, {}
+    return clip_low, {
+        "clip/low_bound_mean": float(rows.mean().item()),
+        "clip/low_bound_min": float(rows.min().item()),
+        "clip/low_bound_max": float(rows.max().item()),
+    }
+
+
+def _positions(value: Any) -> list[int] | None:
+    value = _unwrap(value)
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    try:
+        return [int(t) for t in value]
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"reward extra info {TOKEN_POSITIONS_KEY!r} must be a list of token indices, "
+            f"got {value!r}"
+        ) from None
+
+
+def hallucinated_tokens_from_extra_fields(
+    extra_fields: Sequence[Any] | None, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [B, T] hallucinated-token mask from each row's `hallucinated_token_positions`.
+
+    A row without the key (unscored caption, a reward without spans) has no hallucinated
+    token and is False in the returned `scored` [B]; the caller counts those rows and refuses
+    a step where no row reports positions (the token mechanisms would do nothing, silently).
+    """
+    batch = response_mask.shape[0]
+    if extra_fields is None:
+        return hallucinated_token_mask([None] * batch, response_mask)
+    extra_fields = list(extra_fields)
+    if len(extra_fields) != batch:
+        raise ValueError(f"extra_fields has {len(extra_fields)} rows, the batch has {batch}")
+    positions = []
+    for fields in extra_fields:
+        info = _reward_info(fields)
+        positions.append(None if info is None else _positions(info.get(TOKEN_POSITIONS_KEY)))
+    return hallucinated_token_mask(positions, response_mask)
+
+
+def token_credit_metrics(
+    hallucinated: torch.Tensor,
+    response_mask: torch.Tensor,
+    scored: torch.Tensor,
+    valid: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """`token_credit/hallucinated_token_frac` (over scored real rows' response tokens) and
+    `token_credit/unscored_samples` (real rows without token positions)."""
+    real = scored if valid is None else scored & valid
+    share, _ = hallucinated_token_share(hallucinated, response_mask, real)
+    unscored = (~scored) if valid is None else (~scored & valid)
+    return {
+        "token_credit/hallucinated_token_frac": share,
+        "token_credit/unscored_samples": float(unscored.sum().item()),
+    }
+
+
+def require_token_positions(scored: torch.Tensor, valid: torch.Tensor | None, what: str) -> None:
+    """Refuse a step where no real row reports token positions while `what` is on."""
+    real = scored if valid is None else scored[valid]
+    if real.numel() and not bool(real.any()):
+        raise ValueError(
+            f"{what} is on but no sample of this step reports {TOKEN_POSITIONS_KEY!r}: use the "
+            "caption reward with CHAIR spans (entropyrl.rewards.caption)"
+        )
+
+
+def token_penalty_from_step(
+    advantages: torch.Tensor,
+    hallucinated: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    beta: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's advantages [B, T] with -beta on each hallucinated token (`token_penalty_advantage`)
+    and the step's `token_credit/penalised_tokens`."""
+    moved = token_penalty_advantage(advantages, hallucinated, response_mask, beta=beta)
+    on = hallucinated.bool() & response_mask.bool()
+    return moved, {"token_credit/penalised_tokens": float(on.sum().item())}
