@@ -3,10 +3,11 @@
 The RL step follows the project's data flow of one training step: sample n responses per prompt,
 score them once, compute old log-probs and full-vocabulary token entropies at the sampling
 temperature, group-relative advantages with the chosen entropy guidance
-(`entropyrl.core.advantages`, `entropyrl.core.maxent`), per-sample clip_high from each sample's
-CHAIR_i (`entropyrl.core.clip_schedules`), then PPO updates (`entropyrl.core.losses.ppo_clip_loss`)
-over several mini-batches so the clip bounds act. Formulas live in those modules; this one only
-moves tensors.
+(`entropyrl.core.advantages`, `entropyrl.core.maxent`), per-sample clip_high (and clip_low) from
+each sample's CHAIR_i (`entropyrl.core.clip_schedules`), the token mechanisms on the tokens of
+hallucinated mentions (`entropyrl.core.token_credit`), then PPO updates
+(`entropyrl.core.losses.ppo_clip_loss`) over several mini-batches so the clip bounds act. Formulas
+live in those modules; this one only moves tensors.
 """
 
 from __future__ import annotations
@@ -22,10 +23,16 @@ import torch
 from torch import Tensor
 
 from entropyrl.core.algorithms import Estimate, EstimatorInputs, entropy_inputs, estimate
-from entropyrl.core.clip_schedules import clip_high_bounds
+from entropyrl.core.clip_schedules import clip_high_bounds, clip_low_bounds
 from entropyrl.core.entropy import masked_mean
 from entropyrl.core.losses import ppo_clip_loss
-from entropyrl.core.specs import AlgorithmSpecs, PpoClipSpec
+from entropyrl.core.specs import AlgorithmSpecs, ClipScheduleSpec, PpoClipSpec
+from entropyrl.core.token_credit import (
+    hallucinated_token_mask,
+    hallucinated_token_share,
+    token_clip_bounds,
+    token_penalty_advantage,
+)
 from entropyrl.rig.local.policy import (
     expand_prompts,
     generate,
@@ -42,17 +49,24 @@ __all__ = [
     "kl_k3",
     "rl_step",
     "sample_clip_high",
+    "sample_clip_low",
     "supervised_step",
+    "token_credit",
 ]
 
 
 @dataclass
 class RewardOutput:
-    """Scores of a rollout batch. Arrays have shape [N]; `chair_i` is NaN where unavailable."""
+    """Scores of a rollout batch. Arrays have shape [N]; `chair_i` is NaN where unavailable.
+
+    `hallucinated_positions`: per response, the token indices (0 = first response token) of its
+    hallucinated mentions, None where CHAIR did not score it; None for a reward without spans.
+    """
 
     scores: np.ndarray
     chair_i: np.ndarray | None
     metrics: dict[str, float]
+    hallucinated_positions: list[list[int] | None] | None = None
 
 
 class Task(Protocol):
@@ -84,6 +98,14 @@ class RLSettings:
     kl_coef: float
     max_grad_norm: float
     think_ids: tuple[list[int], list[int]] | None = None
+    token_penalty_beta: float | None = None
+    token_clip: tuple[float, float] | None = None
+    clip_low_schedule: ClipScheduleSpec | None = None
+
+    @property
+    def token_mechanisms(self) -> bool:
+        """Whether a mechanism reads the hallucinated tokens (the reward must report them)."""
+        return self.token_penalty_beta is not None or self.token_clip is not None
 
 
 def kl_k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
@@ -136,6 +158,57 @@ def sample_clip_high(settings: RLSettings, chair_i: np.ndarray | None, size: int
         return torch.full((size,), float(settings.ppo.clip_high), dtype=torch.float32)
     chair = None if chair_i is None else torch.as_tensor(chair_i, dtype=torch.float32)
     return clip_high_bounds(chair, spec, batch_size=size)
+
+
+def sample_clip_low(settings: RLSettings, chair_i: np.ndarray | None, size: int) -> Tensor | float:
+    """clip_low per sample [N] from the clip-low schedule, or `settings.ppo.clip_low` when off."""
+    spec = settings.clip_low_schedule
+    if spec is None or not spec.enable:
+        return float(settings.ppo.clip_low)
+    chair = None if chair_i is None else torch.as_tensor(chair_i, dtype=torch.float32)
+    return clip_low_bounds(chair, spec, batch_size=size)
+
+
+def token_credit(
+    settings: RLSettings,
+    reward: RewardOutput,
+    adv: Tensor,
+    mask: Tensor,
+    clip_low: Tensor | float,
+    clip_high: Tensor,
+) -> tuple[Tensor, Tensor | float, Tensor, dict[str, float]]:
+    """The token penalty on `adv` [N, T] and the token clip's [N, T] bounds, when they are on.
+
+    Returns (advantages, clip_low, clip_high, metrics); unchanged inputs when both are off. A
+    reward without token positions is refused: the mechanisms would do nothing, silently.
+    """
+    if not settings.token_mechanisms:
+        return adv, clip_low, clip_high, {}
+    if reward.hallucinated_positions is None:
+        raise ValueError(
+            "token_penalty / token_clip need the reward's hallucinated token positions "
+            "(the captioning task with CHAIR on)"
+        )
+    hall, scored = hallucinated_token_mask(reward.hallucinated_positions, mask)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1).expand(mask.shape)
+    if settings.token_penalty_beta is not None:
+        adv = token_penalty_advantage(adv, hall, mask, beta=settings.token_penalty_beta)
+    if settings.token_clip is not None:
+        clip_low, clip_high = token_clip_bounds(
+            hall,
+            mask,
+            base_low=clip_low,
+            base_high=clip_high,
+            token_low=settings.token_clip[0],
+            token_high=settings.token_clip[1],
+        )
+    share, _ = hallucinated_token_share(hall, mask, scored)
+    metrics = {
+        "hallucinated_token_frac": share,
+        "token_unscored": float((~scored).sum()),
+    }
+    return adv, clip_low, clip_high, metrics
 
 
 def _mean(values: Tensor | np.ndarray) -> float:
@@ -251,6 +324,12 @@ def rl_step(
     adv = result.token.to(device)
     adv_metrics = result.metrics
     clip_high = sample_clip_high(settings, reward.chair_i, scores.shape[0]).to(device)
+    clip_low = sample_clip_low(settings, reward.chair_i, scores.shape[0])
+    if isinstance(clip_low, Tensor):
+        clip_low = clip_low.to(device)
+    adv, clip_low, clip_high, credit_metrics = token_credit(
+        settings, reward, adv, mask, clip_low, clip_high
+    )
 
     total = scores.shape[0]
     losses, clip_frac_high, clip_frac_low, kls = [], [], [], []
@@ -272,7 +351,7 @@ def rl_step(
                 old_log_prob[index_d],
                 adv[index_d],
                 mask[index_d],
-                clip_low=settings.ppo.clip_low,
+                clip_low=clip_low if isinstance(clip_low, float) else clip_low[index_d],
                 clip_high=clip_high[index_d],
                 clip_c=settings.ppo.clip_c,
                 agg="token-mean",
@@ -295,7 +374,9 @@ def rl_step(
     metrics = {
         "reward": _mean(reward.scores),
         "entropy": float(masked_mean(entropy, mask, dim=None)),
-        "clip_high": float(clip_high.mean()),
+        "clip_high": float(
+            clip_high.mean() if clip_high.dim() == 1 else masked_mean(clip_high, mask, dim=None)
+        ),
         "response_length": float(lengths.mean()),
         "adv_abs_mean": float(
             result.sample.abs().mean()
@@ -308,10 +389,15 @@ def rl_step(
         "seconds": time.perf_counter() - started,
         **reward.metrics,
         **adv_metrics,
+        **credit_metrics,
         **hallucination_split_metrics(
             reward.chair_i, entropy, mask, clipped_high, clipped_low, settings.ppo_epochs
         ),
     }
+    if isinstance(clip_low, Tensor):
+        metrics["clip_low"] = float(
+            clip_low.mean() if clip_low.dim() == 1 else masked_mean(clip_low, mask, dim=None)
+        )
     if kls:
         metrics["kl"] = _mean(np.array(kls))
     if reward.chair_i is not None:
