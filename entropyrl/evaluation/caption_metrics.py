@@ -39,12 +39,15 @@ from entropyrl.rewards.text import normalize_caption
 
 __all__ = [
     "CAPTION_METRICS",
+    "HALLUCINATED_SPANS_KEY",
+    "TOKEN_METRICS",
     "MetricSpec",
     "bleu4",
     "bleu_counts",
     "caption_values",
     "chair_values",
     "cider_scores",
+    "hallucinated_token_counts",
 ]
 
 _SMALL, _TINY = 1e-9, 1e-15  # pycocoevalcap's BleuScorer guards, kept for parity
@@ -131,14 +134,44 @@ CAPTION_METRICS: dict[str, MetricSpec] = {
 }
 
 
+# The share of a caption's tokens that belong to hallucinated mentions: what the token-level
+# mechanisms (algorithm.token_penalty, algorithm.token_clip) act on. Reported beside CHAIR_i
+# when the caller gives the model's tokenizer offsets (`caption_values(token_offsets=...)`).
+TOKEN_METRICS: dict[str, MetricSpec] = {
+    "hallucinated_tokens": MetricSpec(ratio_of_sums, 100.0, True, "%"),
+}
+# The CHAIR entry's key: character spans [start, end) of its hallucinated mentions.
+HALLUCINATED_SPANS_KEY = "hallucinated_spans"
+
+
+def hallucinated_token_counts(
+    spans: Sequence[Sequence[int]], offsets: Sequence[Sequence[int]]
+) -> tuple[float, float]:
+    """(tokens overlapping a hallucinated span, tokens) of one caption.
+
+    A token (its character offsets [start, end) in the caption, as a tokenizer's
+    ``return_offsets_mapping`` gives them) counts when it shares a character with a span, so a
+    word split into several tokens counts each; empty-offset tokens (special) are left out.
+    """
+    tokens = [(int(a), int(b)) for a, b in offsets if int(b) > int(a)]
+    marked = sum(
+        1 for a, b in tokens if any(a < int(end) and int(start) < b for start, end in spans)
+    )
+    return float(marked), float(len(tokens))
+
+
 def caption_values(
     chair_entries: Sequence[Mapping[str, Any]],
     references: Sequence[Sequence[str]],
+    token_offsets: Callable[[str], Sequence[Sequence[int]]] | None = None,
 ) -> dict[str, dict[int, Any]]:
     """`{metric: {image_id: per-image value}}` for the metrics of `CAPTION_METRICS`.
 
     `chair_entries[i]` is `ChairScorer.score_one(image_id, caption)` of image i (its caption is
-    taken from the entry), `references[i]` that image's reference captions.
+    taken from the entry), `references[i]` that image's reference captions. With
+    `token_offsets` (caption -> each token's character offsets under the model's tokenizer)
+    the `TOKEN_METRICS` are added: each entry must then carry its hallucinated mentions'
+    character spans (`HALLUCINATED_SPANS_KEY`).
     """
     if len(chair_entries) != len(references):
         raise ValueError(f"{len(chair_entries)} captions but {len(references)} reference lists")
@@ -154,6 +187,17 @@ def caption_values(
         values["CIDEr-D"][image_id] = float(score)
     for image_id, caption, refs in zip(ids, captions, references):
         values["BLEU-4"][image_id] = bleu_counts(caption, refs)
+    if token_offsets is not None:
+        values["hallucinated_tokens"] = {}
+        for image_id, caption, entry in zip(ids, captions, chair_entries):
+            if HALLUCINATED_SPANS_KEY not in entry:
+                raise ValueError(
+                    f"image {image_id}: the CHAIR entry has no {HALLUCINATED_SPANS_KEY!r}: "
+                    "a CHAIR scorer with mention spans is needed for the token share"
+                )
+            values["hallucinated_tokens"][image_id] = hallucinated_token_counts(
+                entry[HALLUCINATED_SPANS_KEY], token_offsets(caption)
+            )
     return values
 
 
