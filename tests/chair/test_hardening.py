@@ -269,8 +269,11 @@ def test_bearer_scheme_is_case_insensitive(token_server_url, scheme: str) -> Non
 
 # --- start-up -------------------------------------------------------------------------------
 def run_server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The server binds its port before it reads the ground truth: without ``--port`` it gets
+    port 0, so no check here depends on a fixed port (the default 5000) being free."""
+    port = () if "--port" in args else ("--port", "0")
     return subprocess.run(
-        [sys.executable, "-m", "chair_server", *args],
+        [sys.executable, "-m", "chair_server", *args, *port],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -69,6 +69,7 @@ def test_reward_path_reports_the_outage_and_recovers(tmp_path, caplog) -> None:
     assert lines[1].startswith(f"CHAIR service at {url} answers again")
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("wrong_token")
 def test_a_token_the_service_refuses_stops_the_run_with_one_line(
     smoke_script, smoke_cache, tmp_path, monkeypatch

@@ -138,8 +138,9 @@ def test_the_smoke_keeps_the_recipes_shape(task, ranks, tmp_path):
         for log_pass in g.log_prob_passes:
             assert g.step_rows_per_rank // log_pass.micro_batch >= 2
     else:  # a mini-batch of full-length sequences needs at least two micro-batches
-        assert (
-            g.mini_rows_per_rank * g.max_sequence >= 2 * g.max_tokens or g.mini_rows_per_rank >= 2
+        assert g.mini_rows_per_rank * g.max_sequence >= 2 * g.max_tokens, (
+            f"{task}: {g.mini_rows_per_rank} rows of {g.max_sequence} tokens fit one micro-batch "
+            f"of {g.max_tokens} tokens"
         )
 
 
