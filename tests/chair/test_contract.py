@@ -203,3 +203,13 @@ def test_each_refusal_is_logged_with_its_reason_and_no_caption_text(app_client, 
         and "refused: missing or wrong bearer" in lines[1]
     )
     assert not any(secret in line for line in lines)
+
+
+def test_exactly_max_batch_captions_pass_and_one_more_is_refused() -> None:
+    """The documented limit is inclusive: a request of exactly `max_batch` captions is scored."""
+    from chair_server.contract import TooManyCaptions, check_items
+
+    items = [{"image_id": i, "caption": "a dog"} for i in range(4)]
+    assert check_items(items, "captions", max_batch=4) == items
+    with pytest.raises(TooManyCaptions):
+        check_items([*items, {"image_id": 9, "caption": "a cat"}], "captions", max_batch=4)
