@@ -145,3 +145,11 @@ def test_default_cache_dir_from_environment(coco_dir, tmp_path, monkeypatch) -> 
     ChairScorer.from_coco(coco_dir)
     assert ChairScorer.from_coco(coco_dir).loaded_from_cache
     assert len(list((tmp_path / "env-cache").glob("gt-*.json"))) == 1
+
+
+def test_recall_counts_each_ground_truth_object_once() -> None:
+    """A caption that names the dog three times has recalled one of its two objects, not three."""
+    scorer = ChairScorer.from_ground_truth({"7": ["dog", "cat"]})
+    row = scorer.score_one(7, "a dog next to a dog and another dog")
+    assert row["metrics"]["mentions"] == 3
+    assert row["metrics"]["Recall"] == pytest.approx(0.5)
