@@ -1,0 +1,22 @@
+"""Dashboard figures recomputed from the per-sample values they summarise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from entropyrl.core.specs import ClipScheduleSpec
+from entropyrl.verl.hooks import clip_high_from_chair
+
+
+def test_hallucinated_frac_is_the_share_of_scored_samples_given_the_hallucinated_bound() -> None:
+    """A sample exactly at the threshold gets the hallucinated bound, so the dashboard counts it."""
+    spec = ClipScheduleSpec(enable=True, threshold=0.25)
+    chair_i = torch.tensor([0.0, 0.25, 0.5, float("nan")])
+    bounds, metrics = clip_high_from_chair(chair_i, spec)
+    scored = torch.isfinite(chair_i)
+    expected = (bounds[scored] == spec.high).float().mean().item()
+    assert metrics["chair/hallucinated_frac"] == pytest.approx(expected) == pytest.approx(2 / 3)
+    assert metrics["chair/chair_i_mean"] == pytest.approx(chair_i[scored].mean().item())
+    assert metrics["chair/unavailable"] == 1.0
+    assert metrics["clip/bound_mean"] == pytest.approx(bounds.mean().item())
