@@ -128,3 +128,10 @@ def test_the_dry_run_prints_the_budget(repo_root, tmp_path):
     assert lines[0] == "# dry-run: budget: steps: 3 per epoch (6 training rows), 3 in all"
     assert lines[1].startswith("# dry-run: budget: validation: 2 time(s), each 1 batch(es)")
     assert lines[-1].startswith("# dry-run: budget: time: not estimated")
+
+
+def test_the_mean_image_size_is_weighted_by_how_many_images_have_it() -> None:
+    """Three small images and one large: the host-memory plan's mean is 175 bytes, not 250."""
+    from entropyrl.verl.checks.budget import _mean_and_max
+
+    assert _mean_and_max({(10, 10): 3, (20, 20): 1}, lambda w, h: w * h) == (175.0, 400)
