@@ -237,3 +237,32 @@ def test_loss_callable_pickles_without_the_built_config(chair_config):
     clone = pickle.loads(pickle.dumps(loss_fn))
     assert clone._config is None
     assert clone.config().policy_loss.loss_mode == LOSS_NAME
+
+
+def test_rollout_correction_weights_reach_the_per_sample_loss(chair_config):
+    """Rollout correction on (verl's `rollout_is_weights` [B, T]): with a constant field the loss
+    and its gradient equal verl's vanilla loss with the same weights, row by row."""
+    from verl.workers.utils.losses import ppo_loss
+
+    ours = PerSampleClipPPOLoss(actor_config(chair_config))
+    vanilla_config = PerSampleClipPPOLoss(
+        actor_config(chair_config, **{"policy_loss.loss_mode": "vanilla"})
+    ).config()
+    log_prob, old, adv, lengths = case(2)
+    weights = torch.linspace(0.2, 2.0, log_prob.numel()).reshape(log_prob.shape)
+    eps = torch.full((4,), float(chair_config.actor_rollout_ref.actor.clip_ratio_high))
+
+    def weighted(loss_fn, **kwargs):
+        leaf = log_prob.clone().requires_grad_(True)
+        model_output, data = micro_batch(
+            leaf, old, adv, lengths, batch_num_tokens=20, global_batch_size=4, **kwargs
+        )
+        data["rollout_is_weights"] = weights
+        loss, _ = loss_fn(model_output, data)
+        loss.backward()
+        return loss.detach(), leaf.grad
+
+    loss_a, grad_a = weighted(ours, clip_high=eps)
+    loss_b, grad_b = weighted(lambda out, data: ppo_loss(vanilla_config, out, data))
+    torch.testing.assert_close(loss_a, loss_b)
+    torch.testing.assert_close(grad_a, grad_b)
