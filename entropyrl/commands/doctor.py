@@ -268,6 +268,23 @@ def discovery_problem(timeout: float = 300.0, *, fresh_import: bool = True) -> s
     return f"not registered with verl: {', '.join(missing)}" if missing else None
 
 
+def gpu_route_lines() -> list[str]:
+    """On a node with an NVIDIA driver: the install route its driver needs and whether the
+    installed torch is on it (nothing without `nvidia-smi`, as on a CPU machine)."""
+    from entropyrl.verl.checks import stack
+
+    driver = stack.nvidia_driver()
+    if driver is None:
+        return []
+    lines = [f"GPU install route for NVIDIA driver {driver}: {stack.gpu_install_for(driver)}"]
+    version, cuda = stack.torch_build()
+    sees = stack.torch_sees_gpu() if cuda is not None else None
+    for finding in stack.driver_findings(driver, version, cuda, sees):
+        verdict = "ok" if finding.ok else "would stop a GPU run"
+        lines.append(f"GPU stack in use: {verdict}: {finding.line}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     if args.recipe:
         return run_recipe(args)
@@ -350,6 +367,8 @@ def run(args: argparse.Namespace) -> int:
     if not loaded and policy.strip().lower() != "auto":
         print("  hint: VERL_USE_EXTERNAL_PLUGINS must be 'auto' or list 'entropyrl'")
     ok &= loaded
+    for line in gpu_route_lines():
+        print(line)
     print(
         "before a GPU run: `entropyrl doctor --recipe chair_mscoco [overrides]` checks what that "
         "run needs on this node (vLLM, flash-attn, GPUs, batch geometry, data, model)"

@@ -347,9 +347,11 @@ class VLLMCaptioner:
         try:
             from vllm import LLM
         except ImportError as error:
+            from entropyrl.verl.checks.stack import gpu_install_for, nvidia_driver
+
             raise RuntimeError(
-                f"the vllm backend needs vLLM on a GPU machine (pip install 'entropyrl[gpu]'): "
-                f"{error}"
+                "the vllm backend needs vLLM on a GPU machine (the install route for its "
+                f"NVIDIA driver: {gpu_install_for(nvidia_driver())}): {error}"
             ) from error
 
         self.requests = VLLMRequests(model_path)

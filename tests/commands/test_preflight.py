@@ -117,29 +117,59 @@ def test_gpu_findings_say_what_the_process_sees(compose, monkeypatch):
 # -- the CUDA stack: the driver against torch's build, and the image libraries -------------------
 
 
-def fake_nvidia_smi(tmp_path: Path, monkeypatch, driver: str) -> None:
-    """`nvidia-smi` answering the driver query as a node with `driver` does."""
+def fake_nvidia_smi(tmp_path: Path, monkeypatch, driver: str, gpus: int = 8) -> None:
+    """`nvidia-smi` answering as a node of `gpus` H100s with NVIDIA driver `driver` does."""
     folder = tmp_path / "bin"
     folder.mkdir()
     tool = folder / "nvidia-smi"
+    names = "\\n".join(["NVIDIA H100 80GB HBM3"] * gpus)
     tool.write_text(
         "#!/bin/sh\n"
-        'case "$*" in *driver_version*) echo "' + driver + '" ;; *) echo "NVIDIA H100" ;; esac\n'
+        'case "$*" in *driver_version*) echo "' + driver + '" ;; '
+        '*) printf "' + names + '\\n" ;; esac\n'
     )
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
 
 
-def test_a_driver_too_old_for_torchs_cuda_is_refused_with_the_fix():
-    (old,) = stack.driver_findings("550.54.15", "2.11.0", "13.0")
+CUDA12 = "550.54.15"  # an R550 driver: CUDA 12.4, the fleet's usual H100 driver
+CUDA13 = "580.65.06"  # the oldest R580 driver, CUDA 13.0's minimum
+
+
+def test_the_install_route_follows_the_driver():
+    """R580+: the PyPI route; a CUDA 12 driver: the CUDA 12.9 builds (never `.[gpu]`, whose
+    torch is a CUDA 13 build); older: an upgrade, or the container where forward compatibility
+    holds."""
+    cuda12 = stack.gpu_install_for(CUDA12)
+    assert "route (b)" in cuda12 and "whl/cu129" in cuda12 and "route (c)" in cuda12
+    assert ".[gpu]" not in cuda12
+    assert stack.gpu_install_for("525.60.13").startswith("NVIDIA driver 525.60.13 is a CUDA 12")
+    cuda13 = stack.gpu_install_for(CUDA13)
+    assert cuda13.startswith("route (a)") and "pip install -e '.[gpu]'" in cuda13
+    old = stack.gpu_install_for("520.61.05")  # no pip route works there
+    assert "upgrade it" in old and "route (c)" in old
+    assert "whl/cu129" not in old and ".[gpu]" not in old
+    assert "whl/cu129" in stack._torchvision_install(CUDA12)  # not PyPI's CUDA 13 build
+    assert "whl/cu129" not in stack._torchvision_install(CUDA13)
+    assert stack.gpu_install_for(None) == stack.GPU_INSTALL
+    assert stack.gpu_install_for("garbled") == stack.GPU_INSTALL
+
+
+def test_a_driver_too_old_for_torchs_cuda_is_refused_with_the_route():
+    (old,) = stack.driver_findings(CUDA12, "2.11.0", "13.0", sees_gpu=False)
     assert not old.ok and old.blocking
     assert old.line == (
         "NVIDIA driver 550.54.15, torch 2.11.0 built for CUDA 13.0: CUDA 13 needs driver "
-        "580.65.6 or newer (the R580 series); with this driver torch sees no GPU: upgrade the "
-        "driver (PyPI's torch 2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
+        "580.65.6 or newer (the R580 series); with this driver torch sees no GPU: "
+        + stack.gpu_install_for(CUDA12)
     )
-    assert stack.driver_findings("580.65.06", "2.11.0", "13.0")[0].ok
-    assert stack.driver_findings("550.54.15", "2.11.0", "12.8")[0].ok
+    assert ".[gpu]" not in old.line
+    (compat,) = stack.driver_findings(CUDA12, "2.11.0", "13.0", sees_gpu=True)
+    assert compat.ok and "forward-compatibility" in compat.line  # route (c) on R550
+    (a,) = stack.driver_findings(CUDA13, "2.11.0", "13.0")
+    assert a.ok and a.line.endswith("(route (a))")
+    (b,) = stack.driver_findings(CUDA12, "2.11.0+cu129", "12.9")
+    assert b.ok and b.line.endswith("(route (b))")
     assert not stack.driver_findings("520.61.05", "2.11.0", "12.8")[0].ok
     assert stack.driver_findings(None, "2.11.0", "13.0") == []  # no driver: nothing to judge
 
@@ -147,15 +177,30 @@ def test_a_driver_too_old_for_torchs_cuda_is_refused_with_the_fix():
 def test_the_driver_is_read_from_nvidia_smi(tmp_path, monkeypatch):
     """The real query path with a stand-in `nvidia-smi`; this machine's torch is a CPU build,
     which a node with a driver must not keep."""
-    fake_nvidia_smi(tmp_path, monkeypatch, "550.54.15")
-    assert stack.nvidia_driver() == "550.54.15"
+    fake_nvidia_smi(tmp_path, monkeypatch, CUDA12)
+    assert stack.nvidia_driver() == CUDA12
     version, cuda = stack.torch_build()
     assert cuda is None  # the CPU wheel
     (finding,) = stack.driver_findings(stack.nvidia_driver(), version, cuda)
     assert finding.line == (
-        f"torch {version} is a CPU build on a node with NVIDIA driver 550.54.15: pip install -e "
-        "'.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)"
+        f"torch {version} is a CPU build on a node with NVIDIA driver 550.54.15: "
+        + stack.gpu_install_for(CUDA12)
     )
+
+
+@pytest.mark.parametrize(
+    ("driver", "route", "absent"),
+    [(CUDA12, "route (b)", ".[gpu]"), (CUDA13, "route (a)", ".[preinstalled]")],
+)
+def test_the_dry_run_names_the_route_of_the_nodes_driver(
+    tmp_path, monkeypatch, capsys, driver, route, absent
+):
+    """8 H100s with a CUDA 12 driver: every install the dry run names is route (b) or (c)."""
+    fake_nvidia_smi(tmp_path, monkeypatch, driver)
+    preflight.main(["chair_mscoco", "--dry-run"])
+    stops = [line for line in capsys.readouterr().err.splitlines() if "would stop" in line]
+    assert stops and any(route in line for line in stops), stops
+    assert not any(absent in line for line in stops), stops
 
 
 def test_an_image_model_through_verls_dataset_needs_torchvision_and_qwen_vl_utils(

@@ -68,9 +68,9 @@ def require_gpu(fail: Callable[[str], None]) -> Gpus:
         )
     if not gpus.smi:
         fail(
-            "nvidia-smi not found: verl training needs NVIDIA GPUs (a GPU node installs pip "
-            "install -e '.[gpu]', docs/install.md; here --dry-run plans the run and --smoke "
-            "runs the recipe on the CPU)"
+            "nvidia-smi not found: verl training needs NVIDIA GPUs (a GPU node installs the "
+            "route for its NVIDIA driver, docs/install.md#gpu-nodes; here --dry-run plans the "
+            "run and --smoke runs the recipe on the CPU)"
         )
     elif gpus.here < 1:
         fail(f"no GPU visible ({gpus.seen})")

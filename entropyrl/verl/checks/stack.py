@@ -17,15 +17,72 @@ FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
 # verl 0.9.1 patches the Qwen2-VL / Qwen2.5-VL attention for remove-padding with
 # flash_attn_varlen_func (verl/models/transformers/qwen2_vl.py), whatever the implementation.
 FLASH_VARLEN_MODELS = ("qwen2_vl", "qwen2_5_vl")
-# What a GPU node installs (verl[vllm] at verl's pins, and ours): never a CPU machine's advice.
-GPU_INSTALL = "on the GPU node: pip install -e '.[gpu]' (docs/install.md)"
+# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes,
+# "CUDA Toolkit and Minimum Required Driver Version"): minor-version compatibility holds within
+# a major version, not across.
+DRIVER_FOR_CUDA = {13: (580, 65, 6), 12: (525, 60, 13), 11: (450, 80, 2)}
+
+
+# Without a driver to read (a planning machine), the GPU install is named by its routes.
+GPU_INSTALL = "on the GPU node: the install route for its NVIDIA driver (docs/install.md#gpu-nodes)"
 # Without verl (and the Hydra it brings) no recipe can be composed. A planning machine needs
 # the CPU route, a GPU node the gpu extra: never the other way round (docs/install.md).
 NO_VERL = (
     "verl is not installed (nor Hydra, which comes with it), so the recipe cannot be composed: "
     "to plan on a CPU machine, the CPU route: pip install torch==2.13.0, then pip install -e "
     "'.[local,verl]' (or bash tools/setup.sh dev; docs/install.md), never the gpu extra there; "
-    "on a GPU node: pip install -e '.[gpu]'"
+    "on a GPU node: the install route for its NVIDIA driver (docs/install.md#gpu-nodes)"
+)
+# The one spelling of flash-attn's build (verl 0.9.1's pin; PyPI has only its source and
+# Dao-AILab publishes no wheel for torch 2.11), the same in the README, docs/install.md and
+# pyproject.toml (tests/test_dockerfile.py holds them together).
+FLASH_ATTN_BUILD = "MAX_JOBS=8 pip install flash-attn==2.8.3 --no-build-isolation"
+# The container route's published base image: verl's own stable vLLM image (CUDA 13.0.2, torch
+# 2.11.0, vLLM 0.24.0, flash-attn 2.8.3; verl's docker/Dockerfile.stable.vllm and CI).
+CONTAINER_IMAGE = "verlai/verl:vllm024.dev2"
+ROUTE_A = "route (a), CUDA 13 from PyPI: pip install -e '.[gpu]' (docs/install.md#route-a-cuda-13-drivers-r580)"
+ROUTE_B = (
+    "route (b), the CUDA 12.9 builds of verl's pins: pip install torch==2.11.0 torchvision==0.26.0 "
+    "torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu129, then vLLM 0.24.0's "
+    "cu129 wheel and pip install -e '.[preinstalled]' against a constraints file of the installed "
+    "stack (docs/install.md#route-b-cuda-12-drivers-r525-r579)"
+)
+ROUTE_C = (
+    f"route (c), the container FROM {CONTAINER_IMAGE}: docker build -t entropyrl:gpu . "
+    "(docs/install.md#route-c-the-container)"
+)
+
+
+def driver_tuple(driver: str | None) -> tuple[int, ...]:
+    """`550.54.15` -> (550, 54, 15); () for no driver or an unreadable one."""
+    try:
+        return tuple(int(part) for part in (driver or "").split("."))
+    except ValueError:
+        return ()
+
+
+def gpu_install_for(driver: str | None) -> str:
+    """The install route that works with NVIDIA `driver` (`nvidia-smi`'s version), one line.
+
+    R580+ runs PyPI's CUDA 13 builds (route a); a CUDA 12 driver runs the CUDA 12.9 builds by
+    minor-version compatibility (route b) or the container (route c); older drivers run none of
+    the pip routes."""
+    have = driver_tuple(driver)
+    if not have:
+        return GPU_INSTALL
+    if have >= DRIVER_FOR_CUDA[13]:
+        return f"{ROUTE_A}, or {ROUTE_C}"
+    if have >= DRIVER_FOR_CUDA[12]:
+        return f"NVIDIA driver {driver} is a CUDA 12 driver: {ROUTE_B}; or {_COMPAT}{ROUTE_C}"
+    return (
+        f"NVIDIA driver {driver} runs neither CUDA 13 nor CUDA 12.9: upgrade it (R580+ for "
+        f"route (a), R525.60.13+ for route (b)); or {_COMPAT}{ROUTE_C}"
+    )
+
+
+# The image's CUDA 13 on an older driver: NVIDIA's forward compatibility, data-centre GPUs only.
+_COMPAT = (
+    "on data-centre GPUs whose driver branch NVIDIA's CUDA 13 forward-compatibility table lists, "
 )
 
 
@@ -72,10 +129,11 @@ IMAGE_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 PILLOW_DATASET = "entropyrl.rig.dataset"  # data.custom_cls that needs neither (CPU runs)
 
 
-def vision_stack_findings(config: Any) -> list[Finding]:
+def vision_stack_findings(config: Any, driver: str | None = None) -> list[Finding]:
     """An image model through verl's own dataset and agent loop needs `qwen_vl_utils` and the
     torchvision it imports: without them verl's length filter drops every image row (an
-    exception in its `doc2len` counts as too long) and every rollout fails."""
+    exception in its `doc2len` counts as too long) and every rollout fails. On a CUDA 12
+    driver (`driver`) torchvision comes from the CUDA 12.9 index, as its torch does."""
     import importlib.util
 
     kind = model_type(str(_select(config, "actor_rollout_ref.model.path", "")))
@@ -84,7 +142,7 @@ def vision_stack_findings(config: Any) -> list[Finding]:
         return []
     findings = []
     for module, install in (
-        ("torchvision", "pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch 2.11)"),
+        ("torchvision", _torchvision_install(driver)),
         ("qwen_vl_utils", "pip install qwen-vl-utils"),
     ):
         found = importlib.util.find_spec(module) is not None
@@ -102,6 +160,17 @@ def vision_stack_findings(config: Any) -> list[Finding]:
             )
         )
     return findings
+
+
+def _torchvision_install(driver: str | None) -> str:
+    """verl 0.9.1's torchvision pin, from the index of the route the driver needs."""
+    have = driver_tuple(driver)
+    if have and DRIVER_FOR_CUDA[12] <= have < DRIVER_FOR_CUDA[13]:
+        return (
+            "pip install torchvision==0.26.0 --index-url https://download.pytorch.org/whl/cu129 "
+            "(verl 0.9.1's pin, route (b)'s CUDA 12.9 build)"
+        )
+    return "pip install torchvision==0.26.0 (verl 0.9.1's pin, with torch 2.11)"
 
 
 def attention_needs_flash(config: Any) -> str | None:
@@ -124,12 +193,6 @@ def attention_needs_flash(config: Any) -> str | None:
             "(actor_rollout_ref.model.use_remove_padding=true)"
         )
     return None
-
-
-# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes,
-# "CUDA Toolkit and Minimum Required Driver Version"): minor-version compatibility holds within
-# a major version, not across.
-DRIVER_FOR_CUDA = {13: (580, 65, 6), 12: (525, 60, 13), 11: (450, 80, 2)}
 
 
 def nvidia_driver() -> str | None:
@@ -161,37 +224,60 @@ def torch_build() -> tuple[str | None, str | None]:
     return version, torch.version.cuda
 
 
+def torch_sees_gpu() -> bool:
+    """Whether the installed torch reaches a GPU (CUDA initialises through the driver, or
+    through CUDA's forward-compatibility libraries where they are on the library path)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def driver_findings(
-    driver: str | None, torch_version: str | None, cuda: str | None
+    driver: str | None,
+    torch_version: str | None,
+    cuda: str | None,
+    sees_gpu: bool | None = None,
 ) -> list[Finding]:
-    """The node's NVIDIA driver against the CUDA the installed torch was built for: a driver too
-    old for it leaves `torch.cuda.is_available()` False while `nvidia-smi` lists every GPU."""
-    try:
-        have = tuple(int(part) for part in (driver or "").split("."))
-    except ValueError:
-        have = ()
+    """The node's NVIDIA driver against the CUDA the installed torch was built for, and so the
+    install route in use: a driver too old for torch's CUDA leaves `torch.cuda.is_available()`
+    False while `nvidia-smi` lists every GPU, unless CUDA's forward-compatibility libraries
+    carry it (`sees_gpu`: what torch reports; None when not asked)."""
+    have = driver_tuple(driver)
     if not have or torch_version is None:
         return []  # no NVIDIA driver to judge (the GPU check says so) or no torch (above)
+    route = gpu_install_for(driver)
     if cuda is None:
         return [
             Finding(
                 "stack",
                 False,
                 f"torch {torch_version} is a CPU build on a node with NVIDIA driver {driver}: "
-                "pip install -e '.[gpu]' installs verl's CUDA build (torch 2.11.0, CUDA 13.0)",
+                f"{route}",
             )
         ]
     major = int(cuda.split(".")[0])
     need = DRIVER_FOR_CUDA.get(major)
-    ok = need is None or have >= need
     line = f"NVIDIA driver {driver}, torch {torch_version} built for CUDA {cuda}"
-    if not ok:
-        line += (
-            f": CUDA {major} needs driver {'.'.join(map(str, need))} or newer (the R{need[0]} "
-            "series); with this driver torch sees no GPU: upgrade the driver (PyPI's torch "
-            "2.11.0 and vLLM 0.24.0, verl 0.9.1's pins, are CUDA 13 builds)"
+    if need is None or have >= need:
+        which = "route (a)" if major >= 13 else "route (b)" if major == 12 else "an old CUDA"
+        return [Finding("stack", True, f"{line} ({which})")]
+    if sees_gpu:
+        return [
+            Finding(
+                "stack",
+                True,
+                f"{line}: CUDA {major} runs on this driver through CUDA's forward-compatibility "
+                "libraries (route (c), or NVIDIA's cuda-compat package)",
+            )
+        ]
+    return [
+        Finding(
+            "stack",
+            False,
+            f"{line}: CUDA {major} needs driver {'.'.join(map(str, need))} or newer (the "
+            f"R{need[0]} series); with this driver torch sees no GPU: {route}",
         )
-    return [Finding("stack", ok, line)]
+    ]
 
 
 def stack_findings(config: Any) -> list[Finding]:
@@ -199,6 +285,8 @@ def stack_findings(config: Any) -> list[Finding]:
     from packaging.version import Version
 
     findings = []
+    driver = nvidia_driver()  # torch is imported only where there is a driver to compare
+    install = gpu_install_for(driver)
     verl_version = _version("verl")
     findings.append(
         Finding(
@@ -208,7 +296,7 @@ def stack_findings(config: Any) -> list[Finding]:
             + (
                 ""
                 if verl_version == SUPPORTED_VERL
-                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; {GPU_INSTALL}"
+                else f": entropyrl's plugin needs verl {SUPPORTED_VERL}; {install}"
             ),
         )
     )
@@ -223,7 +311,7 @@ def stack_findings(config: Any) -> list[Finding]:
                 Finding(
                     "stack",
                     False,
-                    f"{name} is not installed (rollout '{rollout}'): {GPU_INSTALL} "
+                    f"{name} is not installed (rollout '{rollout}'): {install} "
                     f"(verl's pin: {name}{_pin(spec)})",
                 )
             )
@@ -234,13 +322,15 @@ def stack_findings(config: Any) -> list[Finding]:
             line = f"{name} {found}" + (f" (verl {SUPPORTED_VERL} pins {name}{pin})" if pin else "")
         else:
             line = (
-                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; {GPU_INSTALL} installs "
-                "the tested stack"
+                f"{name} {found}: verl {SUPPORTED_VERL} pins {name}{pin}; the tested stack: "
+                f"{install}"
             )
         findings.append(Finding("stack", ok, line, blocking=False))
-    driver = nvidia_driver()  # torch is imported only where there is a driver to compare
-    findings += driver_findings(driver, *(torch_build() if driver else (None, None)))
-    findings += vision_stack_findings(config)
+    if driver:
+        version, cuda = torch_build()
+        sees = torch_sees_gpu() if cuda is not None else None
+        findings += driver_findings(driver, version, cuda, sees)
+    findings += vision_stack_findings(config, driver)
     why = attention_needs_flash(config)
     if why is not None:
         available = _flash_attn_importable()
@@ -252,8 +342,8 @@ def stack_findings(config: Any) -> list[Finding]:
                 + (
                     "importable"
                     if available
-                    else f"not installed, and {why}: MAX_JOBS=8 pip install flash-attn==2.8.3 "
-                    "--no-build-isolation (after torch), or run without it: "
+                    else f"not installed, and {why}: {FLASH_ATTN_BUILD} (after torch, with the "
+                    "nvcc of torch's CUDA; the container has it built), or run without it: "
                     "actor_rollout_ref.model.use_remove_padding=false "
                     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
                 ),
