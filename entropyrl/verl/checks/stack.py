@@ -36,7 +36,9 @@ NO_VERL = (
 # The one spelling of flash-attn's build (verl 0.9.1's pin; PyPI has only its source and
 # Dao-AILab publishes no wheel for torch 2.11), the same in the README, docs/install.md and
 # pyproject.toml (tests/test_dockerfile.py holds them together).
-FLASH_ATTN_BUILD = "MAX_JOBS=8 pip install flash-attn==2.8.3 --no-build-isolation"
+FLASH_ATTN_BUILD = (
+    'MAX_JOBS=8 FLASH_ATTN_CUDA_ARCHS="80;90" pip install flash-attn==2.8.3 --no-build-isolation'
+)
 # The container route's published base image: verl's own stable vLLM image (CUDA 13.0.2, torch
 # 2.11.0, vLLM 0.24.0, flash-attn 2.8.3; verl's docker/Dockerfile.stable.vllm and CI).
 CONTAINER_IMAGE = "verlai/verl:vllm024.dev2"
