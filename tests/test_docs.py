@@ -174,3 +174,19 @@ def test_the_chair_examples_work_against_the_world_they_name(tmp_path) -> None:
         if captions == [{"image_id": 3, "caption": "A cat next to a dog."}]:
             assert entries[0]["hallucinated"] == [["dog", "dog"]], name
             assert entries[0]["metrics"]["CHAIRi"] == 0.5
+
+
+DOC_LINK_IN_CODE = re.compile(r"docs/([\w\-]+\.md)#([\w\-]+)")
+
+
+def test_docs_anchors_the_code_prints_exist():
+    """A message that sends a user to `docs/page.md#section` names a heading that exists."""
+    broken = []
+    for path in CODE:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _printed_strings(tree):
+            for page, anchor in DOC_LINK_IN_CODE.findall(node.value):
+                target = ROOT / "docs" / page
+                if not target.is_file() or anchor not in _anchors(target):
+                    broken.append(f"{_name(path)}:{node.lineno}: docs/{page}#{anchor}")
+    assert broken == [], "links to missing docs sections:\n" + "\n".join(broken)
