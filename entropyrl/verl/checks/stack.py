@@ -46,8 +46,8 @@ ROUTE_A = "route (a), CUDA 13 from PyPI: pip install -e '.[gpu]' (docs/install.m
 ROUTE_B = (
     "route (b), the CUDA 12.9 builds of verl's pins: pip install torch==2.11.0 torchvision==0.26.0 "
     "torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu129, then vLLM 0.24.0's "
-    "cu129 wheel and pip install -e '.[preinstalled]' against a constraints file of the installed "
-    "stack (docs/install.md#route-b-cuda-12-drivers-r525-r579)"
+    "cu129 wheel and flash-attn, python tools/stack_constraints.py > stack.txt, pip install -c "
+    "stack.txt -e '.[preinstalled]' (docs/install.md#route-b-cuda-12-drivers-r525-r579)"
 )
 ROUTE_C = (
     f"route (c), the container FROM {CONTAINER_IMAGE}: docker build -t entropyrl:gpu . "
