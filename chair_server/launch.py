@@ -294,6 +294,32 @@ def _healthy(url: str) -> bool:
         return False
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when the process
+    that started it dies, however it dies (SIGKILL included), so that a long job (a trainer)
+    never outlives its launcher. Linux's ``PR_SET_PDEATHSIG``, which survives ``exec``; None
+    elsewhere (no such call), where the caller keeps its other ways of stopping the child.
+
+    The child checks its parent once armed: a launcher that died between ``fork`` and
+    ``prctl`` already has a new parent, and the child then signals itself."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, not in the child
+    launcher = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != launcher:
+            os.kill(os.getpid(), signum)
+
+    return arm
+
+
 def _terminate(process: subprocess.Popen, timeout: float) -> None:
     if process.poll() is None:
         process.terminate()

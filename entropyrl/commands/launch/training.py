@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from chair_server.launch import die_with_parent
+from entropyrl.commands.launch import run_lock
 from entropyrl.commands.launch.args import (
     REWARD_KWARGS,
     Launch,
@@ -111,7 +113,7 @@ def train(launch: Launch, command: list[str]) -> int:
 
         status = run_trainer(command, Path(launch.out))
     else:
-        process = subprocess.Popen(command)
+        process = subprocess.Popen(command, preexec_fn=die_with_parent())
         try:
             status = process.wait()
         finally:
@@ -149,36 +151,53 @@ def run(launch: Launch) -> int:
     if recipe.chair:
         own += experiment_overrides()
     values = preflight(launch, config, [*smoke_overrides, *own, *launch.overrides])
-    if launch.smoke:
-        smoke_build(launch, recipe.task)
-    final = [*smoke_overrides, *own, *launch.overrides]
-    for key, what in recipe.inputs.items():
-        path = override_value(key, final)
-        require_file(launch, path, what.format(folder=Path(path).parent))
-    source = chair_source(launch, final) if recipe.chair else []
-    require_model(launch, override_value("actor_rollout_ref.model.path", final))
-    if not launch.dry_run:
-        problem = plugin_problem(launch.python, "--quick")
-        if problem:
-            launch.fail(problem)
-    extra: list[str] = []
-    service: ChairService | None = None
-    workdir = Path(tempfile.mkdtemp(prefix=f"{config}."))
+    lock = None if launch.dry_run else take_run_folder(launch, values)
     try:
-        if recipe.chair:
-            url, service = start_chair(launch, source, values, workdir)
-            extra.append(f"{REWARD_KWARGS}.chair_url={url}")
-        command = [*trainer, *smoke_overrides, *own, *extra, *launch.overrides]
-        report_resources(launch, gpus, values)
-        status = train(launch, command)
-    finally:
-        if service is not None:
-            service.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-    if status == 0 and launch.smoke and not launch.dry_run:
-        from entropyrl.commands import smoke
+        if launch.smoke:
+            smoke_build(launch, recipe.task)
+        final = [*smoke_overrides, *own, *launch.overrides]
+        for key, what in recipe.inputs.items():
+            path = override_value(key, final)
+            require_file(launch, path, what.format(folder=Path(path).parent))
+        source = chair_source(launch, final) if recipe.chair else []
+        require_model(launch, override_value("actor_rollout_ref.model.path", final))
+        if not launch.dry_run:
+            problem = plugin_problem(launch.python, "--quick")
+            if problem:
+                launch.fail(problem)
+        extra: list[str] = []
+        service: ChairService | None = None
+        workdir = Path(tempfile.mkdtemp(prefix=f"{config}."))
+        try:
+            if recipe.chair:
+                url, service = start_chair(launch, source, values, workdir)
+                extra.append(f"{REWARD_KWARGS}.chair_url={url}")
+            command = [*trainer, *smoke_overrides, *own, *extra, *launch.overrides]
+            report_resources(launch, gpus, values)
+            status = train(launch, command)
+        finally:
+            if service is not None:
+                service.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+        if status == 0 and launch.smoke and not launch.dry_run:
+            from entropyrl.commands import smoke
 
-        status = smoke.main(
-            ["check", recipe.task, "--out", launch.out, "--ranks", str(launch.ranks)]
-        )
+            status = smoke.main(
+                ["check", recipe.task, "--out", launch.out, "--ranks", str(launch.ranks)]
+            )
+    finally:
+        if lock is not None:
+            lock.release()
     return status
+
+
+def take_run_folder(launch: Launch, values: dict[str, str]) -> run_lock.RunLock | None:
+    """The run's checkpoint folder, locked for this launch; a folder another launch holds
+    stops this one (exit 2) with a line naming it."""
+    folder = values.get("ER_CHECKPOINT_DIR")
+    if not folder:
+        return None
+    lock = run_lock.take(Path(folder), launch.command)
+    if isinstance(lock, str):
+        launch.fail(lock)
+    return lock

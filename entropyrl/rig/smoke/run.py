@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from chair_server.launch import die_with_parent
 from entropyrl.rig.smoke.settings import (
     SmokeSettings,
 )
@@ -142,7 +143,11 @@ def run_trainer(command: Sequence[str], out: Path, *, poll_s: float = 1.0) -> in
     print(f"smoke: training; verl's own output goes to {log}", flush=True)
     with open(log, "ab") as handle:
         process = subprocess.Popen(
-            list(command), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            list(command),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
     (out / "trainer.pid").write_text(str(process.pid))
 
