@@ -21,6 +21,9 @@ schedule is on (`algorithm.clip_schedule.enable`, the one switch; `policy_loss.l
 stay verl's default) or the config names that loss.
 
 Collaborators, none of which changes an object of verl's:
+- `entropyrl.verl.node_checks` runs one Ray task per node before any worker starts: the data
+  files, one image, the model folder and the CHAIR service (with that node's token) must be
+  reachable there, or the run stops with a line naming the node;
 - `entropyrl.verl.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
   validation, is counted against what was asked for (`entropyrl.verl.lost_samples`), and a batch
   that lost every sample stops with our line and the causes the reward workers reported;
@@ -41,6 +44,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -50,7 +54,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
-from entropyrl.verl import chair_fallback
+from entropyrl.verl import chair_fallback, node_checks
 from entropyrl.verl.checks import checkpoints
 from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
 from entropyrl.verl.hooks import (
@@ -182,6 +186,8 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         # Misspelt or out-of-range algorithm settings stop the run here, before any worker.
         self._specs = algorithm_specs(config.algorithm)
+        if ray.is_initialized():  # before any worker opens a file on another node
+            node_checks.require_every_node(config)
         super().__init__(config, *args, **kwargs)
         path = os.environ.get(RESOLVED_CONFIG_ENV)
         if path:
