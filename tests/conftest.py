@@ -505,26 +505,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # fixture, a module or a conftest at import) and whatever its message says: a missing or broken
 # dependency must turn the run red, never into a directory of skips. The only skips CI accepts
 # are what a machine cannot do, listed here by test id (a parametrized id also matches by its
-# base name); each one that happened is printed at the end of the run. Elsewhere (a user's
-# partial install) a skip stays a skip.
+# base name) with the reason the skip must give: the same test skipped for another reason (a
+# module gone missing) fails. Each allowed skip that happened is printed at the end of the run.
+# An expected failure (xfail) hides a known failure just as a skip does and fails in CI too; an
+# unexpected pass fails everywhere (`xfail_strict`, pyproject.toml). Elsewhere (a user's partial
+# install) a skip stays a skip.
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 ALLOWED_SKIPS: dict[str, str] = {
     "tests/rewards/test_sandbox.py::test_network_namespace_alone_blocks_the_network": (
-        "the kernel gives this user no network namespaces"
+        "network namespaces are not available here"
     ),
     "tests/rewards/test_sandbox.py::test_escaped_children_are_killed_without_the_guard[namespaces]": (
-        "the kernel gives this user no PID namespaces"
+        "PID namespaces are not available here"
     ),
     "tests/chair/test_hardening.py::test_memory_per_request_stays_bounded": (
-        "the machine has no /proc to read peak memory from"
+        "reads peak memory from /proc"
     ),
 }
 
 
 def _allowed(nodeid: str) -> str | None:
+    """The reason an allowed skip of `nodeid` must give, None when none is allowed."""
     if "@" in nodeid.rsplit("]", 1)[-1]:  # pytest-xdist's `@group` suffix
         nodeid = nodeid.rsplit("@", 1)[0]
     return ALLOWED_SKIPS.get(nodeid) or ALLOWED_SKIPS.get(nodeid.split("[")[0])
+
+
+def _allowed_skip(report: pytest.TestReport | pytest.CollectReport) -> bool:
+    """A skip of an allowed test for the reason it is allowed (an xfail never is)."""
+    if not isinstance(report, pytest.TestReport) or hasattr(report, "wasxfail"):
+        return False
+    reason = _allowed(report.nodeid)
+    return reason is not None and reason in _skip_reason(report)
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
@@ -542,17 +554,29 @@ class CiSkipPolicy:
         self.unconverted: list[str] = []
 
     def _fail(self, report: pytest.TestReport | pytest.CollectReport) -> None:
-        if not report.skipped or hasattr(report, "wasxfail"):
-            return
-        if isinstance(report, pytest.TestReport) and _allowed(report.nodeid):
+        if not report.skipped or _allowed_skip(report):
             return
         reason = _skip_reason(report)
+        name = report.nodeid or "collection"
+        if hasattr(report, "wasxfail"):
+            why = (
+                f"CI=true: {name} failed as expected (xfail: {report.wasxfail or 'no reason'}); "
+                "in CI an expected failure fails too: mend the code or the test"
+            )
+        elif isinstance(report, pytest.TestReport) and _allowed(report.nodeid):
+            why = (
+                f"CI=true: {name} was skipped ({reason}), not for the reason ALLOWED_SKIPS "
+                f"(tests/conftest.py) allows it ({_allowed(report.nodeid)}): install what is "
+                "missing or mend what is broken"
+            )
+        else:
+            why = (
+                f"CI=true: {name} was skipped ({reason}); in CI a skip fails unless its test id "
+                "is in ALLOWED_SKIPS (tests/conftest.py): install what is missing or mend what "
+                "is broken"
+            )
         report.outcome = "failed"
-        report.longrepr = (
-            f"CI=true: {report.nodeid or 'collection'} was skipped ({reason}); in CI a skip "
-            "fails unless its test id is in ALLOWED_SKIPS (tests/conftest.py): install what "
-            "is missing or mend what is broken"
-        )
+        report.longrepr = why
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -567,7 +591,7 @@ class CiSkipPolicy:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # where the summary is printed (the controller when tests run in worker processes)
         if report.skipped:
-            if _allowed(report.nodeid):
+            if _allowed_skip(report):
                 self.allowed_seen.append((report.nodeid, _skip_reason(report)))
             else:
                 self.unconverted.append(f"{report.nodeid}: {_skip_reason(report)}")

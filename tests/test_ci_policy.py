@@ -11,12 +11,16 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 
 
-def policy_source(*allowed: str) -> str:
-    """The policy block of tests/conftest.py, with `allowed` test ids added to its list."""
+MACHINE_CANNOT = "PID namespaces are not available here"  # test_machine_cannot's reason
+
+
+def policy_source(*allowed: str, reason: str = MACHINE_CANNOT) -> str:
+    """The policy block of tests/conftest.py, with `allowed` test ids added to its list, each
+    allowed to skip for `reason`."""
     text = (Path(__file__).parent / "conftest.py").read_text()
     start = text.index("# --- CI skip policy")
     block = text[start : text.index("# --- end of the CI skip policy")]
-    extra = "".join(f"ALLOWED_SKIPS[{nodeid!r}] = 'the machine cannot'\n" for nodeid in allowed)
+    extra = "".join(f"ALLOWED_SKIPS[{nodeid!r}] = {reason!r}\n" for nodeid in allowed)
     return "import os\nfrom typing import Any\n\nimport pytest\n\n" + block + "\n" + extra
 
 
@@ -46,9 +50,9 @@ def test_marked():
 """
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str):
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str, *args: str):
     monkeypatch.setenv("CI", ci)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", *args)
 
 
 def test_every_skip_fails_in_ci_whatever_it_says(pytester, monkeypatch):
@@ -80,6 +84,62 @@ def test_an_allowed_id_stays_a_skip_and_is_listed_at_the_end(pytester, monkeypat
             "*skips CI allows*",
             "test_skips.py::test_machine_cannot: *PID namespaces are not available here*",
         ]
+    )
+
+
+def test_an_allowed_id_skipped_for_another_reason_fails(pytester, monkeypatch):
+    """Allowed for what the machine cannot do; skipped because a module went missing: red."""
+    pytester.makeconftest(policy_source("test_skips.py::test_missing_module"))
+    pytester.makepyfile(test_skips=TESTS)
+    result = run(pytester, monkeypatch, "true")
+    result.assert_outcomes(failed=3, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_missing_module was skipped (*no_such_module_for_entropyrl*), not for the "
+            f"reason ALLOWED_SKIPS*allows it ({MACHINE_CANNOT})*"
+        ]
+    )
+    result.stdout.fnmatch_lines(["*skips CI allows*", "none happened"])
+
+
+XFAIL = """
+import pytest
+
+@pytest.mark.xfail(reason="a known bug")
+def test_known_bug():
+    assert False
+
+def test_fine():
+    pass
+"""
+
+
+def test_an_expected_failure_fails_in_ci_and_stays_one_elsewhere(pytester, monkeypatch):
+    pytester.makeconftest(policy_source())
+    pytester.makepyfile(test_xfail=XFAIL)
+    result = run(pytester, monkeypatch, "true")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*test_known_bug failed as expected (xfail: a known bug)*"])
+    run(pytester, monkeypatch, "").assert_outcomes(xfailed=1, passed=1)
+
+
+def test_an_unexpected_pass_fails_everywhere():
+    """`xfail_strict`: a test marked xfail that passes is a failure, CI or not."""
+    text = (REPO / "pyproject.toml").read_text()
+    section = text[text.index("[tool.pytest.ini_options]") :].split("\n[", 1)[0]
+    assert "xfail_strict = true" in section.splitlines()
+
+
+def test_the_policy_holds_in_ci_s_two_worker_mode(pytester, monkeypatch):
+    """tools/test.sh runs the suite in two pytest-xdist workers: the workers convert the
+    skips, the controller lists the allowed ones and keeps the run red."""
+    pytester.makeconftest(policy_source("test_skips.py::test_machine_cannot"))
+    pytester.makepyfile(test_skips=TESTS)
+    result = run(pytester, monkeypatch, "true", "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(failed=2, errors=2, skipped=1)
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["*skips CI allows*", f"test_skips.py::test_machine_cannot: *{MACHINE_CANNOT}*"]
     )
 
 
@@ -147,5 +207,6 @@ def test_each_allowed_id_names_a_test_of_the_suite():
     assert allowed
     for nodeid, why in allowed.items():
         path, _, name = nodeid.partition("::")
-        assert f"def {name.split('[')[0]}(" in (REPO / path).read_text(), nodeid
-        assert why
+        source = (REPO / path).read_text()
+        assert f"def {name.split('[')[0]}(" in source, nodeid
+        assert why and why in source, f"{nodeid}: no skip in {path} gives the reason {why!r}"
