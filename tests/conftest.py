@@ -489,9 +489,18 @@ def _group(item: pytest.Item) -> str | None:
     return mark.args[0] if mark.args else mark.kwargs.get("name")
 
 
+# Tests that start Ray (a smoke run, `ray.init`) carry the `ray` marker, so that
+# `pytest -m "not ray"` is the fast local subset (docs/testing.md). A test that takes one of
+# these fixtures is marked here; one that starts Ray itself is marked where it is written
+# (tests/test_ci_policy.py checks that every `ray.init` is).
+RAY_FIXTURES = frozenset({"smoke_runs", "smoke_script", "caption_run", "smoke_helpers"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ray)
         if _group(item) is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     rank = {name: i for i, name in enumerate(LONG_GROUPS)}

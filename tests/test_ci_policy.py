@@ -210,3 +210,26 @@ def test_each_allowed_id_names_a_test_of_the_suite():
         source = (REPO / path).read_text()
         assert f"def {name.split('[')[0]}(" in source, nodeid
         assert why and why in source, f"{nodeid}: no skip in {path} gives the reason {why!r}"
+
+
+def test_every_test_that_calls_ray_init_is_marked_ray():
+    """`pytest -m "not ray"` (the fast subset) starts no Ray: a test that starts Ray itself
+    carries the marker (those that take a smoke fixture are marked by tests/conftest.py)."""
+    import ast
+
+    unmarked = []
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marked = "pytest.mark.ray" in ast.unparse(
+            [n for n in tree.body if isinstance(n, ast.Assign)
+             and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)] or ast.Pass()
+        )  # fmt: skip
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                continue
+            marked = module_marked or any(
+                "pytest.mark.ray" in ast.unparse(d) for d in node.decorator_list
+            )
+            if "ray" + ".init(" in ast.unparse(node) and not marked:
+                unmarked.append(f"{path.relative_to(REPO)}::{node.name}")
+    assert unmarked == [], "tests that start Ray without the ray marker: " + ", ".join(unmarked)

@@ -108,6 +108,7 @@ def test_chair_refusing_the_token_and_chair_out_of_reach_are_told_apart(token_se
     assert unreachable.startswith(f"the CHAIR service at {closed} is out of reach from this node (")
 
 
+@pytest.mark.ray
 def test_every_node_checks_as_a_ray_task_and_the_stop_names_the_node(
     tmp_path, token_service, monkeypatch, capsys
 ):

@@ -387,6 +387,7 @@ def caption_batcher(settings):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_the_trainer_reads_the_hybrid_rewards_failures_with_their_cause(tmp_path):
     """On Ray, as in a run: reward calls on a worker fail (Sandbox Fusion down, the sandbox
     cannot start), the job's book holds them with their node, and the trainer's accounting of

@@ -58,7 +58,11 @@ from entropyrl.rig.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 from entropyrl.rig.smoke import settings as smoke_settings
 from entropyrl.rig.smoke.check import read_metrics
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ranks")]  # the pair, made in one worker
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.ray,
+    pytest.mark.xdist_group("ranks"),
+]  # the pair, made in one worker
 RUN_TIMEOUT = 1800
 SETTINGS = smoke_settings.default_settings("caption", ranks=2)
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
