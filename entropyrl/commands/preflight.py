@@ -14,6 +14,11 @@ exactly those the training command will get. The config is composed with Hydra a
   when the recipe's attention needs it (`stack_problems`);
 - layout (GPU runs): the GPUs this process sees against the config's `n_gpus_per_node`, and on
   more than one node a checkpoint folder every node shares;
+- fits (GPU runs, always refused): a rank's GPU memory, training state + activations and vLLM's
+  share, within the GPU's (`entropyrl.verl.checks.plan`), for a model whose numbers are known
+  (its folder's config.json, else those shipped for the recipes' models);
+- inputs (GPU runs): the model's chat template and a wandb logger's credentials, the list
+  `entropyrl doctor` reports (`layout.input_findings`);
 - prompts (always): with verl's length filter off, every prompt fits `data.max_prompt_length`,
   proven from the image sizes `entropyrl prepare coco` records (`prompt_findings`), and
   `rollout.max_model_len` holds a prompt and its response;
@@ -21,7 +26,8 @@ exactly those the training command will get. The config is composed with Hydra a
   its last step is reported, and the launch script stops there (`entropyrl.verl.checks.checkpoints`).
 
 Each problem is one line on stderr; the exit status is 2 when the run must not start. With
-`--dry-run` the split of a step is printed too, and environment problems are notes. `--env-out`
+`--dry-run` the split of a step and the plan (GPU memory per rank, host memory per node, disk,
+an estimated time) are printed too, and environment problems are notes. `--env-out`
 writes what the launch script needs from the composed config (nodes, checkpoint folder) as
 shell assignments. `entropyrl doctor --recipe` runs the same checks and reports each.
 """
@@ -42,7 +48,9 @@ from entropyrl.verl.checks.findings import installed_version as _version
 from entropyrl.verl.checks.findings import select as _select
 from entropyrl.verl.checks.layout import (
     budget_lines,
+    fits_findings,
     gpu_findings,
+    input_findings,
     node_findings,
     prompt_findings,
     visible_gpus,
@@ -231,12 +239,17 @@ def check(
             _say(f"# dry-run: batch {line}")
         for finding in prompt_findings(config):
             _say(f"# dry-run: {finding.line}")
-        for line in budget_lines(config):
+        for line in budget_lines(config, recipe, mode):
             _say(f"# dry-run: budget: {line}")
+    if mode == "gpu" and not findings:  # a layout whose GPU memory does not fit: refused
+        fits = fits_findings(config)
+        findings += [f for f in fits if not f.ok]
     if mode == "gpu":
         # No GPU at all is the launch script's own first check (and a dry run's note).
         gpus = gpu_findings(config) if visible_gpus() > 0 else []
-        environment = [*stack_findings(config), *gpus, *node_findings(config)]
+        # the data files and the model: the launch script checks them itself, next
+        inputs = input_findings(config, files=False)
+        environment = [*stack_findings(config), *gpus, *node_findings(config), *inputs]
         for finding in environment:
             if finding.ok:
                 continue

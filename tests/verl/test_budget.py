@@ -127,7 +127,8 @@ def test_the_dry_run_prints_the_budget(repo_root, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert lines[0] == "# dry-run: budget: steps: 3 per epoch (6 training rows), 3 in all"
     assert lines[1].startswith("# dry-run: budget: validation: 2 time(s), each 1 batch(es)")
-    assert lines[-1].startswith("# dry-run: budget: time: not estimated")
+    # a stand-in config.json and a smoke: no model numbers, no GPU plan, no time estimate
+    assert lines[-1].startswith("# dry-run: budget: GPU memory, host memory and time: not computed")
 
 
 def test_the_mean_image_size_is_weighted_by_how_many_images_have_it() -> None:

@@ -14,8 +14,9 @@ step and per validation batch, and the checkpoints' disk (printed by `--dry-run`
   Adam's two moments (8), and with LoRA the whole model plus the adapters' moments (4P + 12L,
   docs/lora.md); `trainer.max_actor_ckpt_to_keep` of them stay on disk.
 
-Step time is not estimated: it depends on the GPUs, the response lengths and vLLM; a run's own
-`timing_s/step` (in `metrics.jsonl`) after the first steps gives the hours.
+GPU and host memory, the disk line's adapter count and the estimated step time are
+`entropyrl.verl.checks.plan`'s; a run's own `timing_s/step` (in `metrics.jsonl`) after the first
+steps replaces the estimate.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Budget:
     val_pixel_bytes: tuple[int, int] | None
     checkpoint_bytes: int | None
     kept_checkpoints: int
+    adapter_parameters: int = 0
 
 
 def _mean_and_max(sizes: Mapping[tuple[int, int], int], bytes_of: Any) -> tuple[float, int]:
@@ -121,6 +123,7 @@ def budget(
     grid: VisionGrid | None = None,
     temporal: int = 2,
     parameters: int | None = None,
+    adapter_parameters: int = 0,
 ) -> Budget:
     """The figures above for a composed config, its data sets' row counts and (for images)
     each split's image sizes {(width, height): count} and the processor's grid."""
@@ -155,7 +158,6 @@ def budget(
         if val:
             mean, most = _mean_and_max(val, bytes_of)
             val_bytes = (round(mean * val_batch * val_n), most * val_batch * val_n)
-    lora_rank = int(get("actor_rollout_ref.model.lora_rank", 0) or 0)
     return Budget(
         train_rows=train_rows,
         steps_per_epoch=steps_per_epoch,
@@ -167,8 +169,11 @@ def budget(
         rows_per_val_batch=val_batch * val_n,
         step_pixel_bytes=step_bytes,
         val_pixel_bytes=val_bytes,
-        checkpoint_bytes=None if parameters is None or lora_rank else checkpoint_bytes(parameters),
+        checkpoint_bytes=None
+        if parameters is None
+        else checkpoint_bytes(parameters, adapter_parameters),
         kept_checkpoints=int(get("trainer.max_actor_ckpt_to_keep", 0) or 0),
+        adapter_parameters=adapter_parameters,
     )
 
 
@@ -197,15 +202,16 @@ def describe(b: Budget) -> list[str]:
             f"host memory: a validation batch's image tensors, {_gb(mean)} (up to {_gb(most)})"
         )
     if b.checkpoint_bytes is not None:
+        what = (
+            "fp32 model and Adam's moments of the adapters (4P + 12L)"
+            if b.adapter_parameters
+            else "fp32 model and Adam's moments (12P)"
+        )
         kept = f", {_gb(b.checkpoint_bytes * b.kept_checkpoints)} for the {b.kept_checkpoints} kept"
         lines.append(
-            f"disk: {_gb(b.checkpoint_bytes)} per checkpoint (fp32 model and Adam's moments)"
+            f"disk: {_gb(b.checkpoint_bytes)} per checkpoint ({what}, computed)"
             + (kept if b.kept_checkpoints else ", every one kept (max_actor_ckpt_to_keep unset)")
         )
-    lines.append(
-        "time: not estimated (GPUs, response lengths and vLLM decide it); the first steps' "
-        "timing_s/step in metrics.jsonl x the steps above gives it"
-    )
     return lines
 
 

@@ -3,6 +3,7 @@ budget of a step, and on several nodes a checkpoint folder they all share."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,16 @@ def gpu_findings(config: Any, visible: int | None = None) -> list[Finding]:
     ]
 
 
-def input_findings(config: Any) -> list[Finding]:
-    """The data files and the policy model the run reads (training never downloads)."""
+def input_findings(config: Any, files: bool = True) -> list[Finding]:
+    """What the run reads: the data files and the policy model (training never downloads;
+    `files=False` leaves them to a launch script that checks them itself), the model's chat
+    template and a wandb logger's credentials (`entropyrl.verl.checks.inputs_extra`). The one
+    list `entropyrl doctor` and the preflight report."""
+    from entropyrl.verl.checks.inputs_extra import chat_template_findings, logger_findings
+
+    extra = [*chat_template_findings(config), *logger_findings(config)]
+    if not files:
+        return extra
     findings = []
     for key in ("data.train_files", "data.val_files"):
         value = _select(config, key)
@@ -96,7 +105,7 @@ def input_findings(config: Any) -> list[Finding]:
             ),
         )
     )
-    return findings
+    return findings + extra
 
 
 def prompt_findings(config: Any) -> list[Finding]:
@@ -110,39 +119,193 @@ def prompt_findings(config: Any) -> list[Finding]:
     ]
 
 
-def budget_lines(config: Any) -> list[str]:
-    """The run's budget (`entropyrl.verl.checks.budget`) from what is here: the data files' row
-    counts, the image sizes prepare coco recorded, the model's config; empty without data."""
-    from entropyrl.verl.checks import budget
+# Row counts of a recipe's data when its files are not here yet: `entropyrl prepare coco
+# --karpathy`'s split (Karpathy's train, 82,783 images; val 5,000).
+RECIPE_ROWS = {"chair_mscoco": (82_783, 5_000, "entropyrl prepare coco --karpathy's split")}
+# A COCO image's usual size, for the image tensors when no manifest records the sizes.
+COCO_IMAGE = (640, 480)
 
+
+def gpu_memory_bytes() -> tuple[float, str]:
+    """Memory of this node's first GPU (nvidia-smi), else an 80 GB H100's, and where it came
+    from."""
+    import shutil
+    import subprocess
+
+    from entropyrl.verl.checks.plan import DEFAULT_GPU_BYTES
+
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
+            mib = float(out.split()[0])
+            return mib * 2**20, "nvidia-smi"
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            pass
+    return DEFAULT_GPU_BYTES, "assumed: an 80 GB H100; no GPU here to ask"
+
+
+def model_shape(config: Any) -> Any:
+    """The policy's `plan.ModelShape`: from its folder's config.json when the folder is here
+    (it wins), else the numbers shipped for the recipes' models; None when neither."""
+    from entropyrl.verl.checks import budget, plan
+    from entropyrl.verl.checks.prompt_bound import model_folder
+
+    model = str(_select(config, "actor_rollout_ref.model.path", ""))
+    folder = model_folder(model)
+    if folder is not None and model_type(str(folder)) is not None:
+        shipped = plan.shape_for(folder.name) or plan.shape_for(model)
+        try:
+            parameters = budget.parameter_count(folder)
+        except Exception:  # a model transformers cannot build here: the shipped count, if any
+            parameters = shipped.parameters if shipped else None
+        if parameters is not None:
+            shape = plan.folder_shape(folder, parameters)
+            if shape is not None:
+                return shape
+    return plan.shape_for(model)
+
+
+def run_layout(config: Any) -> Any:
+    from entropyrl.verl.checks.plan import Layout
+
+    memory, source = gpu_memory_bytes()
+    return Layout(
+        nodes=int(_select(config, "trainer.nnodes", 1)),
+        per_node=max(int(_select(config, "trainer.n_gpus_per_node", 1) or 1), 1),
+        gpu_bytes=memory,
+        gpu_from=source,
+    )
+
+
+def fits_findings(config: Any) -> list[Finding]:
+    """Whether a rank's GPU memory fits (`plan.fits_finding`); nothing for a model without
+    known numbers."""
+    from entropyrl.verl.checks.plan import fits_finding
+
+    shape = model_shape(config)
+    return [] if shape is None else [fits_finding(config, shape, run_layout(config))]
+
+
+def budget_lines(config: Any, recipe: str | None = None, mode: str = "gpu") -> list[str]:
+    """The run's budget (`entropyrl.verl.checks.budget`, `.plan`) from what is here: the data
+    files' row counts (else the recipe's usual data), the image sizes prepare coco recorded,
+    the model's config (else the numbers shipped for the recipes' models)."""
+    from entropyrl.verl.checks import budget, plan
+    from entropyrl.verl.checks.prompt_bound import model_folder
+
+    lines: list[str] = []
     train_files = budget.data_files(config, "data.train_files")
     train_rows = budget.parquet_rows(train_files)
     val_rows = budget.parquet_rows(budget.data_files(config, "data.val_files"))
-    if train_rows is None or val_rows is None:
-        return ["not computed: the data files are not here yet"]
-    from entropyrl.verl.checks.prompt_bound import model_folder
-
+    data_here = train_rows is not None and val_rows is not None
+    if not data_here:
+        known = RECIPE_ROWS.get(Path(recipe).stem if recipe else "")
+        if known is None:
+            return ["not computed: the data files are not here yet"]
+        train_rows, val_rows, where = known
+        lines.append(f"data: not here yet; planned for {where} ({train_rows} / {val_rows} rows)")
     folder = model_folder(str(_select(config, "actor_rollout_ref.model.path", "")))
+    shape = model_shape(config)
     sizes = grid = None
     temporal = 2
-    parameters = None
-    if folder is not None:
-        if (folder / "preprocessor_config.json").is_file() or (
-            folder / "processor_config.json"
-        ).is_file():
-            from entropyrl.data.prompt_length import VisionGrid
+    from entropyrl.data.prompt_length import VisionGrid
 
-            grid = VisionGrid.from_model(folder)
-            temporal = budget.temporal_patch_size(folder)
-            data = Path(train_files[0]).resolve().parent
-            sizes = budget.sizes_from_manifest(data)
-        if model_type(str(folder)) is not None:  # a real config.json, not a stand-in
-            try:
-                parameters = budget.parameter_count(folder)
-            except Exception:  # a model transformers cannot build here: no disk figure
-                parameters = None
-    plan = budget.budget(config, train_rows, val_rows, sizes, grid, temporal, parameters)
-    return budget.describe(plan)
+    if folder is not None and (
+        (folder / "preprocessor_config.json").is_file()
+        or (folder / "processor_config.json").is_file()
+    ):
+        grid = VisionGrid.from_model(folder)
+        temporal = budget.temporal_patch_size(folder)
+        sizes = (
+            budget.sizes_from_manifest(Path(train_files[0]).resolve().parent) if data_here else None
+        )
+    elif shape is not None and shape.vision:
+        grid = _shipped_grid(shape)
+    if sizes is None and grid is not None and not data_here:
+        sizes = {"train": {COCO_IMAGE: 1}, "val": {COCO_IMAGE: 1}}
+        lines.append(f"images: {COCO_IMAGE[0]}x{COCO_IMAGE[1]} assumed (COCO's usual size)")
+    lora_rank = int(_select(config, "actor_rollout_ref.model.lora_rank", 0) or 0)
+    adapters = shape.lora_parameters(lora_rank) if shape is not None and lora_rank else 0
+    b = budget.budget(
+        config,
+        train_rows,
+        val_rows,
+        sizes,
+        grid,
+        temporal,
+        shape.parameters if shape is not None else None,
+        adapters,
+    )
+    lines += budget.describe(b)
+    if shape is None:
+        lines.append(
+            "GPU memory, host memory and time: not computed (the model's config.json is not "
+            "here and it is not one of the recipes' models)"
+        )
+        return lines
+    if mode != "gpu":
+        return lines
+    from entropyrl.commands.preflight import run_roles
+
+    layout = run_layout(config)
+    reference, _ = run_roles(config)
+    lines.append(plan.gpu_line(plan.gpu_plan(config, shape, layout), layout))
+    step_images = float(b.step_pixel_bytes[0]) if b.step_pixel_bytes else 0.0
+    host = plan.host_plan(config, shape, layout, step_images, reference=reference)
+    lines.append(plan.host_line(host, shape))
+    tokens, tokens_text = plan.tokens_per_step(config, _longest_prompt(config, folder))
+    seconds, label = plan.step_seconds(shape, layout.ranks, tokens)
+    lines.append(plan.time_line(seconds, b.total_steps, label, tokens_text))
+    return lines
+
+
+def _shipped_grid(shape: Any) -> Any:
+    """The recipes' image processors' grid (Qwen2.5-VL: 14 px patches; Qwen3-VL: 16 px),
+    at their processors' default pixel limits."""
+    from entropyrl.data.prompt_length import VisionGrid
+
+    data = json.loads(_models_file().read_text())[shape.name]["vision"]
+    patch = int(data["patch_size"])
+    merge = int(data["spatial_merge_size"])
+    factor = patch * merge
+    # preprocessor_config.json: Qwen2.5-VL min_pixels 3,136, Qwen3-VL shortest_edge 65,536
+    least = 65_536 if patch == 16 else 4 * factor**2
+    return VisionGrid(
+        patch_size=patch, merge_size=merge, min_pixels=least, max_pixels=16384 * factor**2
+    )
+
+
+def _models_file() -> Path:
+    from entropyrl.verl.checks.plan import MODELS_FILE
+
+    return MODELS_FILE
+
+
+def _longest_prompt(config: Any, folder: Path | None) -> int | None:
+    """The manifest's longest prompt in tokens, when the data and the model folder are here."""
+    if folder is None:
+        return None
+    import re
+
+    for _ok, line in prompt_findings_raw(config):
+        found = re.match(r"prompts: at most (\d+) tokens", line)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def prompt_findings_raw(config: Any) -> list[tuple[bool, str]]:
+    from entropyrl.verl.checks.prompt_bound import prompt_bound
+
+    try:
+        return prompt_bound(config)
+    except Exception:  # no tokenizer to count with: the recipe's maximum instead
+        return []
 
 
 def _in_hub_cache(model: str) -> bool:
