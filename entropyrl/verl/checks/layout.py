@@ -3,7 +3,6 @@ budget of a step, and on several nodes a checkpoint folder they all share."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -225,7 +224,7 @@ def budget_lines(config: Any, recipe: str | None = None, mode: str = "gpu") -> l
             budget.sizes_from_manifest(Path(train_files[0]).resolve().parent) if data_here else None
         )
     elif shape is not None and shape.vision:
-        grid = _shipped_grid(shape)
+        grid = plan.shipped_grid(shape.name)
     if sizes is None and grid is not None and not data_here:
         sizes = {"train": {COCO_IMAGE: 1}, "val": {COCO_IMAGE: 1}}
         lines.append(f"images: {COCO_IMAGE[0]}x{COCO_IMAGE[1]} assumed (COCO's usual size)")
@@ -262,28 +261,6 @@ def budget_lines(config: Any, recipe: str | None = None, mode: str = "gpu") -> l
     seconds, label = plan.step_seconds(shape, layout.ranks, tokens)
     lines.append(plan.time_line(seconds, b.total_steps, label, tokens_text))
     return lines
-
-
-def _shipped_grid(shape: Any) -> Any:
-    """The recipes' image processors' grid (Qwen2.5-VL: 14 px patches; Qwen3-VL: 16 px),
-    at their processors' default pixel limits."""
-    from entropyrl.data.prompt_length import VisionGrid
-
-    data = json.loads(_models_file().read_text())[shape.name]["vision"]
-    patch = int(data["patch_size"])
-    merge = int(data["spatial_merge_size"])
-    factor = patch * merge
-    # preprocessor_config.json: Qwen2.5-VL min_pixels 3,136, Qwen3-VL shortest_edge 65,536
-    least = 65_536 if patch == 16 else 4 * factor**2
-    return VisionGrid(
-        patch_size=patch, merge_size=merge, min_pixels=least, max_pixels=16384 * factor**2
-    )
-
-
-def _models_file() -> Path:
-    from entropyrl.verl.checks.plan import MODELS_FILE
-
-    return MODELS_FILE
 
 
 def _longest_prompt(config: Any, folder: Path | None) -> int | None:

@@ -117,6 +117,20 @@ def shipped_shapes() -> dict[str, ModelShape]:
     }
 
 
+def shipped_grid(name: str) -> Any:
+    """The image grid of a shipped model's processor (Qwen2.5-VL: 14 px patches, min_pixels
+    3,136; Qwen3-VL: 16 px, shortest_edge 65,536; both 16,384 merged patches at most)."""
+    from entropyrl.data.prompt_length import VisionGrid
+
+    vision = json.loads(MODELS_FILE.read_text())[name]["vision"]
+    patch, merge = int(vision["patch_size"]), int(vision["spatial_merge_size"])
+    factor = patch * merge
+    least = 65_536 if patch == 16 else 4 * factor**2
+    return VisionGrid(
+        patch_size=patch, merge_size=merge, min_pixels=least, max_pixels=16384 * factor**2
+    )
+
+
 def _shape(
     name: str, text: Mapping[str, Any], parameters: int, vision: bool, source: str
 ) -> ModelShape:
@@ -459,15 +473,19 @@ TABLE_MODELS = (
 )
 TABLE_LORA_RANK = 64
 TABLE_TRAIN_ROWS = 82_783  # entropyrl prepare coco --karpathy: Karpathy's train split
+TABLE_IMAGE = (640, 480)  # COCO's usual image size
 
 
 def table_rows(config: Any) -> list[list[str]]:
     """One row per model x GPU x {full, LoRA} for the captioning recipe's config on one node."""
     from entropyrl.commands.preflight import run_roles
-    from entropyrl.verl.checks.budget import checkpoint_bytes
+    from entropyrl.verl.checks.budget import checkpoint_bytes, pixel_values_bytes
 
     reference, _ = run_roles(config)
     steps = TABLE_TRAIN_ROWS // int(_select(config, "data.train_batch_size"))
+    rows_per_step = int(_select(config, "data.train_batch_size")) * int(
+        _select(config, "actor_rollout_ref.rollout.n", 1)
+    )
     tokens, _ = tokens_per_step(config)
     shapes = shipped_shapes()
     rows = []
@@ -477,7 +495,8 @@ def table_rows(config: Any) -> list[list[str]]:
             layout = Layout(1, 8, memory, gpu)
             for rank in (0, TABLE_LORA_RANK):
                 gpu_mem = gpu_plan(config, shape, layout, lora_rank=rank)
-                host = host_plan(config, shape, layout, reference=reference, lora_rank=rank)
+                images = rows_per_step * pixel_values_bytes(*TABLE_IMAGE, shipped_grid(name))
+                host = host_plan(config, shape, layout, images, reference, lora_rank=rank)
                 seconds, _ = step_seconds(shape, layout.ranks, tokens)
                 disk = checkpoint_bytes(shape.parameters, shape.lora_parameters(rank))
                 rows.append(
