@@ -7,6 +7,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
+# --help installs nothing: this header, then the demo's own options when it is installed
+case " $* " in
+  *" --help "*|*" -h "*)
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+    if "$python" -c 'import entropyrl' 2>/dev/null; then exec "$python" -m entropyrl demo --help; fi
+    exit 0 ;;
+esac
 bash "$root/tools/setup.sh" quickstart
 cd "$root"
 exec "$python" -m entropyrl demo --task function-calling --out runs/function-calling \

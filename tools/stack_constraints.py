@@ -43,6 +43,9 @@ def constraints() -> tuple[list[str], list[str]]:
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
     lines, problems = constraints()
     if problems:
         print(

@@ -7,6 +7,9 @@
 # smoke run share an xdist group and run in one worker; each run is made once per session
 # (tests/conftest.py). The slowest tests' durations are printed at the end.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python="${PYTHON:-python3}"

@@ -83,8 +83,16 @@ def script_help(script: str) -> str:
 def parse(argv: Sequence[str]) -> Launch:
     """`SCRIPT [flags] [overrides] -- COMMAND...` -> a Launch (usage mistakes: exit 2)."""
     argv = list(argv)
+    usage = "usage: entropyrl launch SCRIPT [options] [key=value ...] -- COMMAND ..."
+    if argv[:1] in (["-h"], ["--help"]):
+        print(
+            f"{usage}\n\nWhat the scripts under examples/ run: SCRIPT is the script, COMMAND the "
+            f"training or evaluation command it launches; options: {OPTIONS}. Run a script's "
+            "own --help (e.g. bash examples/chair_mscoco.sh --help) for what it does."
+        )
+        raise SystemExit(0)
     if not argv or "--" not in argv[1:]:
-        usage_error("usage: entropyrl launch SCRIPT [options] [key=value ...] -- COMMAND ...")
+        usage_error(usage)
     split = len(argv) - 1 - argv[::-1].index("--")
     launch = Launch(script=argv[0], command=argv[split + 1 :])
     launch.dry_run = os.environ.get("DRY_RUN", "0") == "1"
