@@ -52,10 +52,10 @@ def add_field(
     negatable: bool,
 ) -> None:
     """One option for field `f` on `target` (a parser or a group)."""
-    text = f.metadata.get("help", "")
-    if show_default:
-        text = f"{text} (default: {default})"
-    text = text.replace("%", "%%")  # argparse %-formats help texts
+    text = f.metadata.get("help", "").replace("%", "%%")  # argparse %-formats help texts
+    if show_default and "(default:" not in text:
+        # argparse fills it in: a verb's own set_defaults (study, acceptance) shows, not cls()'s
+        text = f"{text} (default: %(default)s)"
     if _kind(f) == "bool":
         action = argparse.BooleanOptionalAction if negatable else "store_true"
         target.add_argument(option, dest=dest, action=action, default=default, help=text)

@@ -51,7 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would name the top-level help; the verb's own lists the options
+        verb = f"entropyrl {args.command}" if getattr(args, "command", None) else "entropyrl"
+        print(
+            f"error: unrecognized arguments: {' '.join(unknown)} ({verb} --help lists the options)",
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -43,7 +43,32 @@ def _run_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted at start-up; nothing written", file=sys.stderr)
         return 130
+    problem = device_problem(cfg.device)
+    if problem:  # before anything is written under --out
+        print(f"error: --device: {problem}", file=sys.stderr)
+        return 2
     return main(cfg)
+
+
+def device_problem(device: str | None) -> str | None:
+    """Why torch cannot run on `device` here (None: it can, or none was asked for)."""
+    import torch
+
+    if not device or device == "cpu":
+        return None
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError) as error:
+        return f"{device!r} is not a torch device ({error}); use cpu or cuda"
+    if kind == "cuda" and not torch.cuda.is_available():
+        build = "a CPU build of torch" if torch.version.cuda is None else "no GPU visible"
+        return f"{device} asked for, but this machine has {build}: leave --device out (cpu here)"
+    index = torch.device(device).index
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        return f"{device} asked for, but only {torch.cuda.device_count()} GPU(s) are visible"
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return f"{device} asked for, but MPS is not available here: leave --device out"
+    return None
 
 
 def register(subparsers: Any) -> None:

@@ -292,6 +292,20 @@ def _assign_val2014(images: list[_Image], val_size: int, test_size: int) -> None
             image.split = image.given = "restval"
 
 
+def _require_each_release(
+    images_dir: Path, listed: dict[str, int], found: dict[str, int], sought: dict[str, Path]
+) -> None:
+    """A COCO release (train2014, val2014) listed in the annotations of which not one image is
+    under `--images` is a wrong folder, not a set of rejects: an `--images` one level too deep
+    (coco/val2014) leaves val and test empty."""
+    for part, count in sorted(listed.items()):
+        if part and count and not found.get(part):
+            raise InputFileError(
+                f"{images_dir}: none of the {count} {part} images found (the first sought: "
+                f"{sought[part]}); --images is the folder that holds train2014/ and val2014/"
+            )
+
+
 def _image_path(images_dir: Path, image: _Image) -> Path:
     nested = images_dir / image.folder / image.file_name
     return (
@@ -351,6 +365,10 @@ def prepare_coco(
     source = "karpathy" if karpathy is not None else "coco2014"
     valid: list[_Image] = []
     seen: set[int] = set()
+    # per COCO release: how many images are listed, how many were found, where the first was sought
+    listed: dict[str, int] = {}
+    found: dict[str, int] = {}
+    sought: dict[str, Path] = {}
     for image in progress(sorted(images, key=lambda item: item.image_id), desc="images"):
         if image.image_id in seen:
             rejects.add(image.line, f"image id {image.image_id} listed twice", source=image.source)
@@ -361,6 +379,9 @@ def prepare_coco(
             )
             continue
         path = _image_path(images_dir, image)
+        part = _coco_part(image)
+        listed[part] = listed.get(part, 0) + 1
+        sought.setdefault(part, path)
         if check_images and not path.is_file():
             rejects.add(image.line, f"image file not found: {path}", source=image.source)
             continue
@@ -372,8 +393,11 @@ def prepare_coco(
                 rejects.add(image.line, f"unreadable image {path}: {error}", source=image.source)
                 continue
         seen.add(image.image_id)
+        found[part] = found.get(part, 0) + 1
         image.file_name = str(path.resolve())
         valid.append(image)
+    if check_images:
+        _require_each_release(images_dir, listed, found, sought)
     held = {int(image_id) for image_id in hold_out or ()}
     moved: dict[int, str] = {}  # image id -> why it left the split its input gave it
     for image in valid:

@@ -219,3 +219,24 @@ def test_cli_prepare_coco_and_fc(coco_dirs, xlam_file, tmp_path, capsys, monkeyp
         == 2
     )
     assert main(["prepare"]) == 2
+
+
+def test_an_images_folder_one_level_too_deep_is_refused_in_one_line(
+    coco_dirs, tmp_path, capsys, monkeypatch
+):
+    """`--images coco/val2014` (the release folder, not the one holding it) finds no train2014
+    image: one line naming the folder to give, exit 2, nothing written."""
+    monkeypatch.setenv("CHAIR_CACHE_DIR", str(tmp_path / "chair_cache"))
+    ann, img = coco_dirs
+    out = tmp_path / "c"
+    deep = img / "val2014"
+    assert deep.is_dir()
+    code = main(
+        ["prepare", "coco", "--annotations", str(ann), "--images", str(deep), "--out", str(out)]
+    )
+    assert code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert line.startswith(f"error: {deep}: none of the ")
+    assert "train2014 images found" in line
+    assert line.endswith("--images is the folder that holds train2014/ and val2014/")
+    assert not (out / "train.parquet").exists() and not (out / "val.parquet").exists()
