@@ -243,8 +243,8 @@ def budget_lines(config: Any, recipe: str | None = None, mode: str = "gpu") -> l
     lines += budget.describe(b)
     if shape is None:
         lines.append(
-            "GPU memory, host memory and time: not computed (the model's config.json is not "
-            "here and it is not one of the recipes' models)"
+            "GPU memory, host memory and time: not computed (the model is not one of the "
+            "recipes' models, and no config.json with its sizes is here)"
         )
         return lines
     if mode != "gpu":
