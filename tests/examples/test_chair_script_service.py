@@ -96,6 +96,7 @@ def gpu_node(tmp_path: Path, truth: str, trainer_case: str) -> tuple[dict[str, s
     ground_truth = data / "chair_ground_truth.json"
     ground_truth.write_text(truth)
     (model / "config.json").write_text("{}")
+    (model / "chat_template.jinja").write_text("{{ messages }}")  # the launch checks it
     write_executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100'\n")
     python = write_executable(
         tmp_path / "python",

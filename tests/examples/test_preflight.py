@@ -190,6 +190,7 @@ def _inputs(tmp_path: Path) -> dict[str, str]:
     for name in ("train.parquet", "val.parquet", "cider_df.json.gz", "chair_ground_truth.json"):
         (data / name).write_text("{}")
     (model / "config.json").write_text("{}")
+    (model / "chat_template.jinja").write_text("{{ messages }}")  # the launch checks it
     return {"DATA_DIR": str(data), "MODEL_PATH": str(model)}
 
 
