@@ -169,3 +169,41 @@ def test_the_docs_planning_table_is_the_generators(repo_root):
     found = re.search(r"<!-- planning table -->\n(.*?)\n<!-- end -->", text, re.S)
     assert found, "docs/scaling.md has no planning table between its markers"
     assert found.group(1).strip() == plan.planning_table().strip()
+
+
+def test_the_time_takes_the_manifests_longest_prompt(tmp_path):
+    """With the data and the model's processor here, the step's tokens take the longest prompt
+    the preflight proves from the manifest, not data.max_prompt_length; a folder whose
+    config.json lacks the sizes plans with the shipped numbers of its name."""
+    from entropyrl.commands.preflight import compose_recipe
+    from entropyrl.data.coco import prepare_coco
+    from entropyrl.rig.synthetic import build_synthetic_coco
+    from entropyrl.rig.tokenizer import build_qwen2vl_processor, build_qwen_tokenizer
+    from entropyrl.verl.checks import layout
+
+    world = build_synthetic_coco(tmp_path / "world", num_train=6, num_test=2, image_size=112)
+    data = tmp_path / "data"
+    prepare_coco(world.root, world.root, data, val_size=1, test_size=1)
+    model = tmp_path / "Qwen2.5-VL-3B-Instruct"
+    tokenizer = build_qwen_tokenizer(num_ranks=1024)
+    processor = build_qwen2vl_processor(tokenizer, image_size=112)
+    processor.image_processor.save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    config = compose_recipe(
+        "chair_mscoco",
+        [
+            f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={model}",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "trainer.n_gpus_per_node=8",
+        ],
+    )
+    (proved,) = [line for _, line in layout.prompt_findings_raw(config) if "prompts:" in line]
+    longest = int(re.match(r"prompts: at most (\d+) tokens", proved).group(1))
+    lines = layout.budget_lines(config, "chair_mscoco", "gpu")
+    time = next(line for line in lines if line.startswith("time: estimate"))
+    assert f"10 rows x ({longest} prompt tokens, the manifest's longest prompt, + 256" in time
+    assert any(line.startswith("GPU memory per rank:") for line in lines)
