@@ -3,6 +3,7 @@ budget of a step, and on several nodes a checkpoint folder they all share."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -151,22 +152,32 @@ def gpu_memory_bytes() -> tuple[float, str]:
 def model_shape(config: Any) -> Any:
     """The policy's `plan.ModelShape`: from its folder's config.json when the folder is here
     (it wins), else the numbers shipped for the recipes' models; None when neither."""
-    from entropyrl.verl.checks import budget, plan
+    from entropyrl.verl.checks import plan
     from entropyrl.verl.checks.prompt_bound import model_folder
 
     model = str(_select(config, "actor_rollout_ref.model.path", ""))
     folder = model_folder(model)
     if folder is not None and model_type(str(folder)) is not None:
         shipped = plan.shape_for(folder.name) or plan.shape_for(model)
-        try:
-            parameters = budget.parameter_count(folder)
-        except Exception:  # a model transformers cannot build here: the shipped count, if any
+        parameters = _parameter_count(str(folder))
+        if parameters is None:  # a model transformers cannot build here: the shipped count
             parameters = shipped.parameters if shipped else None
         if parameters is not None:
             shape = plan.folder_shape(folder, parameters)
             if shape is not None:
                 return shape
     return plan.shape_for(model)
+
+
+@functools.lru_cache(maxsize=8)
+def _parameter_count(folder: str) -> int | None:
+    """`budget.parameter_count` once per folder (the fits check and the budget both ask)."""
+    from entropyrl.verl.checks import budget
+
+    try:
+        return budget.parameter_count(folder)
+    except Exception:
+        return None
 
 
 def run_layout(config: Any) -> Any:
