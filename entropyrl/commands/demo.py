@@ -61,8 +61,8 @@ def device_problem(device: str | None) -> str | None:
     except (RuntimeError, ValueError) as error:
         return f"{device!r} is not a torch device ({error}); use cpu or cuda"
     if kind == "cuda" and not torch.cuda.is_available():
-        build = "a CPU build of torch" if torch.version.cuda is None else "no GPU visible"
-        return f"{device} asked for, but this machine has {build}: leave --device out (cpu here)"
+        build = "a CPU build" if torch.version.cuda is None else "no GPU in sight"
+        return f"{device} asked for, but torch here has {build}: leave --device out (cpu)"
     index = torch.device(device).index
     if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
         return f"{device} asked for, but only {torch.cuda.device_count()} GPU(s) are visible"

@@ -20,8 +20,8 @@ def test_a_cuda_device_on_a_machine_without_one_is_one_line_and_writes_nothing(t
     out = tmp_path / "demo"
     assert main(["demo", "--device", "cuda", "--out", str(out)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: --device: cuda asked for, but this machine has ")
-    assert line.endswith("leave --device out (cpu here)")
+    assert line.startswith("error: --device: cuda asked for, but torch here has ")
+    assert line.endswith("leave --device out (cpu)")
     assert not out.exists()
 
 
