@@ -199,6 +199,7 @@ def run_recipe(args: argparse.Namespace) -> int:
     findings += preflight.stack_findings(config)
     findings += preflight.gpu_findings(config)
     findings += layout.input_findings(config)
+    findings += layout.fits_findings(config)  # the dry run's "fits" line
     findings += [f for f in preflight.prompt_findings(config) if f.ok]  # refusals: config
     findings += preflight.node_findings(config)
     for finding in findings:

@@ -156,3 +156,18 @@ def test_no_chat_template_and_no_wandb_key_are_doctor_problems(repo_root, node_e
         line.startswith(f"PROBLEM inputs: chat template: {model} has none") for line in lines
     )
     assert any(line.startswith("PROBLEM config: trainer.logger has wandb") for line in lines)
+
+
+def test_the_doctor_says_fits_as_the_dry_run_does(repo_root, node_env):
+    """`entropyrl doctor --recipe` on one GPU: the same "fits: no" as a PROBLEM line."""
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "entropyrl", "doctor", "--recipe", "chair_mscoco",
+            "trainer.n_gpus_per_node=1",
+        ],
+        capture_output=True, text=True, cwd=repo_root, env=node_env, timeout=300,
+    )  # fmt: skip
+    fits = [line for line in result.stdout.splitlines() if "fits: no" in line]
+    assert result.returncode == 1
+    assert len(fits) == 1 and fits[0].startswith("PROBLEM ")
+    assert "full fine-tuning of Qwen2.5-VL-3B-Instruct on 1 GPU(s) needs 111.4 GB" in fits[0]
