@@ -1,4 +1,5 @@
-"""Tiny models of the recipes' architectures, tokenizers and processors, built from config.
-
-Used by both engines (the local runner and the verl smokes) and the tests; no downloads.
+"""Models and their pre-processing, from local folders only (no download): checkpoints loaded
+from disk (`loading`), the Qwen-VL processors without their video half (`processor`) and
+Qwen-VL's image pre-processing with Pillow alone (`images`). The tiny models built from a
+config for the CPU runs live in the CPU wing, `entropyrl.rig.tiny`.
 """
