@@ -22,7 +22,6 @@ _EXPORTS = {
     "SandboxFusionScorer": "entropyrl.rewards.code",
     "HybridScorer": "entropyrl.rewards.hybrid",
     "ToolCallFormatError": "entropyrl.rewards.function_calling",
-    "compute_score": "entropyrl.rewards.function_calling",
     "parse_tool_calls": "entropyrl.rewards.function_calling",
     "score_details": "entropyrl.rewards.function_calling",
 }
