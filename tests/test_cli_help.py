@@ -78,7 +78,7 @@ NOT_VERBS = {
     "entropyrl.rig.local.demo": "says to run `entropyrl demo`",
     "entropyrl.commands.eval.generation": "the child process of a caption evaluation",
     "entropyrl.rewards.sandbox_child": "the child process of the code sandbox",
-    "entropyrl.verl.checks.plan": "prints docs/scaling.md's planning table (its generator)",
+    "entropyrl.commands.plan_table": "prints docs/scaling.md's planning table (its generator)",
 }
 
 

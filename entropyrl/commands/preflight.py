@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from entropyrl.commands.forward import add_forwarded
-from entropyrl.verl.checks.findings import Finding
+from entropyrl.verl.checks.findings import Finding, run_roles
 from entropyrl.verl.checks.findings import installed_version as _version
 from entropyrl.verl.checks.findings import select as _select
 from entropyrl.verl.checks.layout import (
@@ -102,18 +102,6 @@ def compose_recipe(recipe: str, overrides: Sequence[str] = ()) -> Any:
     job.append(f"hydra.searchpath=[file://{verl_config_dir()}]")
     with initialize_config_dir(config_dir=str(path.parent), version_base=None):
         return compose(config_name=path.stem, overrides=job)
-
-
-def run_roles(config: Any) -> tuple[bool, bool]:
-    """(reference policy, critic) as verl's `need_reference_policy` and `need_critic` decide
-    them (verl/trainer/ppo/utils.py), without importing verl (tested equal)."""
-    reference = bool(_select(config, "algorithm.use_kl_in_reward", False)) or bool(
-        _select(config, "actor_rollout_ref.actor.use_kl_loss", False)
-    )
-    critic = _select(config, "critic.enable")
-    if critic is None:
-        critic = _select(config, "algorithm.adv_estimator") == "gae"
-    return reference, bool(critic)
 
 
 def config_findings(config: Any) -> list[Finding]:

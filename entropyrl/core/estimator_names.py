@@ -1,11 +1,13 @@
-"""The names the plugin registers with verl, importable without torch.
+"""The advantage estimators' names and what each reads, importable without torch.
 
 The advantage estimators are declared once, where each is defined: the `@estimator(name, ...)`
 decorators of `entropyrl/core/algorithms.py`, with what each reads (per-token entropy, reference
 log-probs) and whether verl ships it. This module reads those declarations from that file's
 source (`ast`, no import): the names are needed where torch is too heavy or too early (the local
 runner's CLI, the smoke check, and the verl plugin, which runs while one of our verl modules may
-still be half-imported and so may read no attribute of it).
+still be half-imported and so may read no attribute of it). An import of `algorithms` cannot
+serve them: it imports torch, and the plugin would read a half-imported module. The plugin's
+other names (loss, trainer mode, CPU platform) are its own: `entropyrl.verl.names`.
 """
 
 import ast
@@ -48,22 +50,3 @@ ENTROPY_ESTIMATORS: tuple[str, ...] = tuple(
 REFERENCE_ESTIMATORS: tuple[str, ...] = tuple(
     name for name, needs in ESTIMATOR_NEEDS.items() if needs["reference"]
 )
-# The per-sample clip bound's policy loss (`entropyrl.verl.loss`).
-PER_SAMPLE_CLIP_LOSS = "per_sample_clip"
-# The policy losses the plugin registers with verl (`entropyrl.verl.loss`).
-VERL_POLICY_LOSSES: tuple[str, ...] = (PER_SAMPLE_CLIP_LOSS,)
-# `trainer.v1.trainer_mode` of the entropy-aware trainer (`entropyrl.verl.trainer`).
-VERL_TRAINER_MODE = "entropyrl"
-# The CPU wing (`entropyrl.rig.cpu`): verl's own platform override variable, the platform and
-# the rollout it registers. A process loads the wing only when this variable selects it.
-VERL_PLATFORM_ENV = "VERL_PLATFORM"
-CPU_PLATFORM = "cpu"
-HF_ROLLOUT = "hf"
-
-
-def cpu_selected(environ: dict[str, str] | None = None) -> bool:
-    """Whether this process is asked to run verl on the CPU platform (`VERL_PLATFORM=cpu`)."""
-    import os
-
-    value = (os.environ if environ is None else environ).get(VERL_PLATFORM_ENV, "")
-    return value.strip().lower() == CPU_PLATFORM

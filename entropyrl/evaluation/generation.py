@@ -347,11 +347,10 @@ class VLLMCaptioner:
         try:
             from vllm import LLM
         except ImportError as error:
-            from entropyrl.verl.checks.stack import gpu_install_for, nvidia_driver
-
             raise RuntimeError(
-                "the vllm backend needs vLLM on a GPU machine (the install route for its "
-                f"NVIDIA driver: {gpu_install_for(nvidia_driver())}): {error}"
+                "the vllm backend needs vLLM on a GPU machine: `entropyrl doctor` names the "
+                "install route for its NVIDIA driver (docs/install.md#gpu-nodes), or "
+                f"--backend transformers runs without it: {error}"
             ) from error
 
         self.requests = VLLMRequests(model_path)

@@ -27,11 +27,11 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from entropyrl.core.estimator_names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.core.losses import ppo_clip_loss
 from entropyrl.core.specs import PpoClipSpec
 from entropyrl.core.token_credit import token_clip_bounds
 from entropyrl.verl.inputs import Step, current_step, with_step
+from entropyrl.verl.names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.verl.rank_metrics import global_batch_metrics
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.tensors import padded

@@ -20,16 +20,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-from entropyrl.core.estimator_names import (
+from entropyrl.core.estimator_names import VERL_ESTIMATORS as ESTIMATORS
+from entropyrl.verl import extensions
+from entropyrl.verl.checks import validation
+from entropyrl.verl.names import (
     CPU_PLATFORM,
     HF_ROLLOUT,
     VERL_POLICY_LOSSES,
     VERL_TRAINER_MODE,
     cpu_selected,
 )
-from entropyrl.core.estimator_names import VERL_ESTIMATORS as ESTIMATORS
-from entropyrl.verl import extensions
-from entropyrl.verl.checks import validation
 
 CPU_RUN = cpu_selected()
 if CPU_RUN:

@@ -52,7 +52,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.core.entropy import think_tag_ids
-from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS, VERL_TRAINER_MODE
+from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.verl import chair_fallback, node_checks
 from entropyrl.verl.checks import checkpoints
@@ -69,6 +69,7 @@ from entropyrl.verl.hooks import (
 )
 from entropyrl.verl.inputs import with_step
 from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.names import VERL_TRAINER_MODE
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
 from entropyrl.verl.run_log import (

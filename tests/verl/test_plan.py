@@ -164,11 +164,14 @@ def test_the_time_estimate_names_its_source(recipe):
 
 
 def test_the_docs_planning_table_is_the_generators(repo_root):
-    """docs/scaling.md's planning table equals `python -m entropyrl.verl.checks.plan`'s."""
+    """docs/scaling.md's planning table equals `python -m entropyrl.commands.plan_table`'s."""
     text = (repo_root / "docs" / "scaling.md").read_text()
     found = re.search(r"<!-- planning table -->\n(.*?)\n<!-- end -->", text, re.S)
     assert found, "docs/scaling.md has no planning table between its markers"
-    assert found.group(1).strip() == plan.planning_table().strip()
+    from entropyrl.commands.preflight import compose_recipe
+
+    config = compose_recipe("chair_mscoco", ["trainer.n_gpus_per_node=8"])
+    assert found.group(1).strip() == plan.planning_table(config).strip()
 
 
 def test_the_time_takes_the_manifests_longest_prompt(tmp_path):

@@ -37,9 +37,9 @@ import types
 import warnings
 from typing import Any
 
-from entropyrl.core.estimator_names import HF_ROLLOUT
 from entropyrl.models.processor import IMAGE_ONLY_PROCESSORS
 from entropyrl.models.processor import load_image_only_processor as load_processor
+from entropyrl.verl.names import HF_ROLLOUT
 
 logger = logging.getLogger(__name__)
 

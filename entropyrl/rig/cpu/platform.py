@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-from entropyrl.core.estimator_names import CPU_PLATFORM as PLATFORM_NAME
-from entropyrl.core.estimator_names import cpu_selected
+from entropyrl.verl.names import CPU_PLATFORM as PLATFORM_NAME
+from entropyrl.verl.names import cpu_selected
 
 
 def _total_memory() -> int:

@@ -32,3 +32,15 @@ def installed_version(distribution: str) -> str | None:
         return version(distribution)
     except PackageNotFoundError:
         return None
+
+
+def run_roles(config: Any) -> tuple[bool, bool]:
+    """(reference policy, critic) as verl's `need_reference_policy` and `need_critic` decide
+    them (verl/trainer/ppo/utils.py), without importing verl (tested equal)."""
+    reference = bool(select(config, "algorithm.use_kl_in_reward", False)) or bool(
+        select(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+    critic = select(config, "critic.enable")
+    if critic is None:
+        critic = select(config, "algorithm.adv_estimator") == "gae"
+    return reference, bool(critic)

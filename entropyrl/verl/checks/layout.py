@@ -260,7 +260,7 @@ def budget_lines(config: Any, recipe: str | None = None, mode: str = "gpu") -> l
         return lines
     if mode != "gpu":
         return lines
-    from entropyrl.commands.preflight import run_roles
+    from entropyrl.verl.checks.findings import run_roles
 
     layout = run_layout(config)
     reference, _ = run_roles(config)

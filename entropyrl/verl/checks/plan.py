@@ -480,8 +480,8 @@ TABLE_IMAGE = (640, 480)  # COCO's usual image size
 
 def table_rows(config: Any) -> list[list[str]]:
     """One row per model x GPU x {full, LoRA} for the captioning recipe's config on one node."""
-    from entropyrl.commands.preflight import run_roles
     from entropyrl.verl.checks.budget import checkpoint_bytes, pixel_values_bytes
+    from entropyrl.verl.checks.findings import run_roles
 
     reference, _ = run_roles(config)
     steps = TABLE_TRAIN_ROWS // int(_select(config, "data.train_batch_size"))
@@ -528,15 +528,8 @@ TABLE_HEADER = (
 )
 
 
-def planning_table(config: Any | None = None) -> str:
-    """docs/scaling.md's planning table, as markdown (the captioning recipe by default)."""
-    if config is None:
-        from entropyrl.commands.preflight import compose_recipe
-
-        config = compose_recipe("chair_mscoco", ["trainer.n_gpus_per_node=8"])
+def planning_table(config: Any) -> str:
+    """docs/scaling.md's planning table, as markdown, for a composed captioning recipe
+    (`python -m entropyrl.commands.plan_table` composes it and prints this)."""
     lines = [TABLE_HEADER] + ["| " + " | ".join(row) + " |" for row in table_rows(config)]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(planning_table())

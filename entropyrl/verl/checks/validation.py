@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from entropyrl.core.estimator_names import PER_SAMPLE_CLIP_LOSS
 from entropyrl.core.specs import SpecError, algorithm_specs
+from entropyrl.verl.names import PER_SAMPLE_CLIP_LOSS
 
 
 class ConfigRefusal(ValueError):
@@ -140,7 +140,8 @@ def trainer_problems(config: Any) -> list[str]:
     GRPO and counts it in a metric that trainer never logs). Either would train without a word."""
     from omegaconf import OmegaConf
 
-    from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS, VERL_TRAINER_MODE
+    from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS
+    from entropyrl.verl.names import VERL_TRAINER_MODE
 
     ours = f"trainer.v1.trainer_mode={VERL_TRAINER_MODE} with trainer.use_v1=true"
     problems = []
@@ -217,7 +218,8 @@ def uses_entropyrl(config: Any) -> bool:
     that uses none of these is validated exactly as verl alone validates it."""
     from omegaconf import OmegaConf
 
-    from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+    from entropyrl.core.estimator_names import VERL_ESTIMATORS
+    from entropyrl.verl.names import VERL_POLICY_LOSSES
 
     def value(key: str) -> str | None:
         found = OmegaConf.select(config, key, default=None)
@@ -237,7 +239,7 @@ def uses_our_trainer(config: Any) -> bool:
     that uses none of the plugin's parts does not get them."""
     from omegaconf import OmegaConf
 
-    from entropyrl.core.estimator_names import VERL_TRAINER_MODE
+    from entropyrl.verl.names import VERL_TRAINER_MODE
 
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
     # `trainer.use_v1=false` runs verl's legacy trainer (main_ppo_v0), whatever the mode says
@@ -259,7 +261,8 @@ def registered_names() -> tuple[set[str], set[str]] | None:
     core = sys.modules.get("verl.trainer.ppo.core_algos")
     if core is not None:
         return set(core.ADV_ESTIMATOR_REGISTRY), set(core.POLICY_LOSS_REGISTRY)
-    from entropyrl.core.estimator_names import VERL_ESTIMATORS, VERL_POLICY_LOSSES
+    from entropyrl.core.estimator_names import VERL_ESTIMATORS
+    from entropyrl.verl.names import VERL_POLICY_LOSSES
 
     plugins = {entry.name for entry in importlib.metadata.entry_points(group="verl.plugins")}
     folder = verl_source_dir()
