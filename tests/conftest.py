@@ -400,30 +400,52 @@ def step_logged(metrics: Path, step: int) -> bool:
 
 
 def run_until_checkpoint(command: list[str], env: dict, out: Path, step: int) -> int:
-    """Start the smoke, SIGKILL its trainer (the whole process group) once the checkpoint of
-    `step` is complete and the step is logged, and return the script's exit status."""
+    """Start the smoke in a session of its own and, once the checkpoint of `step` is complete
+    and the step is logged, SIGKILL that session, as a user's `kill -9 -- -SID` (or a closed
+    terminal) does: the launcher, its CHAIR service supervisor, not the trainer, which runs in a
+    session of its own and must die with its launcher (`chair_server.launch.die_with_parent`).
+    Returns the script's exit status once the trainer is gone, having checked that no later
+    step was checkpointed."""
     import os
     import signal
     import subprocess
     import time
 
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     deadline = time.monotonic() + SMOKE_TIMEOUT
+    trainer = None
     try:
         while time.monotonic() < deadline and process.poll() is None:
             saved = latest.is_file() and latest.read_text().strip()
             if saved == str(step) and step_logged(out / "metrics.jsonl", step):
-                os.killpg(int((out / "trainer.pid").read_text()), signal.SIGKILL)
+                trainer = int((out / "trainer.pid").read_text())
+                os.killpg(process.pid, signal.SIGKILL)
                 break
             assert saved in (False, "", *map(str, range(step + 1))), f"ran past step {step}"
             time.sleep(0.2)
         output, _ = process.communicate(timeout=300)
+        gone = time.monotonic() + 120
+        while trainer is not None and _running(trainer) and time.monotonic() < gone:
+            time.sleep(0.2)
+        assert trainer is None or not _running(trainer), "the trainer outlived its launch"
+        assert latest.read_text().strip() == str(step), "a step was trained after the kill"
     finally:
         if process.poll() is None:
             process.kill()
     (out / "killed_run.log").write_bytes(output or b"")
     return process.returncode
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @pytest.fixture(scope="session")
