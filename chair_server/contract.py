@@ -5,6 +5,14 @@ service (`chair_server.app`, `chair_server.scorer`) refuses a malformed one with
 the field; the training-side client (`entropyrl.rewards.chair_client`) checks the same rules
 before sending, with the same words, so a caption it sends is one the service accepts. No
 torch, no Flask: both sides import this.
+
+The answer's sentence entries say where each mention is: ``mention_spans`` holds one
+``[start, end]`` per element of ``mentioned`` and ``hallucinated_spans`` one per element of
+``hallucinated``, in the same order (a repeated mention has a span each). ``start`` and
+``end`` are character offsets into the caption string the client sent, end exclusive:
+``caption[start:end]`` is the mention's text ("Dogs", "hot dog"), without punctuation. The
+fields are additive; an answer without them (a service from before) still parses, and
+``spans`` says None for it.
 """
 
 from __future__ import annotations
@@ -16,15 +24,22 @@ from typing import Any
 
 __all__ = [
     "FIELDS",
+    "HALLUCINATED_SPANS_KEY",
+    "MENTION_SPANS_KEY",
     "ItemProblem",
     "RequestError",
     "TooManyCaptions",
     "check_items",
     "image_id",
     "item_problem",
+    "spans",
 ]
 
 FIELDS = ("image_id", "caption")
+# the sentence entry's character spans of its mentions / of its hallucinated mentions
+MENTION_SPANS_KEY = "mention_spans"
+HALLUCINATED_SPANS_KEY = "hallucinated_spans"
+_COUNTED = {MENTION_SPANS_KEY: "mentioned", HALLUCINATED_SPANS_KEY: "hallucinated"}
 
 
 class RequestError(ValueError):
@@ -88,3 +103,30 @@ def check_items(items: object, where: str, max_batch: int | None = None) -> list
         if problem is not None:
             raise RequestError(problem.message)
     return items
+
+
+def spans(
+    entry: Mapping[str, Any], key: str = HALLUCINATED_SPANS_KEY
+) -> list[tuple[int, int]] | None:
+    """The ``(start, end)`` spans under ``key`` of a scored sentence entry; None when the entry
+    has none (an answer from a service without spans). ValueError when they are malformed:
+    not one pair of ints ``0 <= start <= end`` per element of the list they belong to."""
+    if key not in _COUNTED:
+        raise ValueError(f"key must be one of {sorted(_COUNTED)}, not {key!r}")
+    value = entry.get(key)
+    if value is None:
+        return None
+    counted = entry.get(_COUNTED[key])
+    if not isinstance(value, list) or (isinstance(counted, list) and len(value) != len(counted)):
+        raise ValueError(f"{key} must be a list with one [start, end] per {_COUNTED[key]} entry")
+    out: list[tuple[int, int]] = []
+    for pair in value:
+        if (
+            not isinstance(pair, list | tuple)
+            or len(pair) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            or not 0 <= pair[0] <= pair[1]
+        ):
+            raise ValueError(f"{key} holds {pair!r}, not a [start, end] pair of offsets")
+        out.append((pair[0], pair[1]))
+    return out

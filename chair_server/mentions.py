@@ -4,15 +4,23 @@ Per caption, as the original ``caption_to_words``: NLTK-style tokens (``text.tok
 singularized (``singular.singularize``, memoised, with ``vocabulary.SINGULAR_EXCEPTIONS`` first),
 a left-to-right scan in which a two-word expression wins over its first word and consumes its
 second, the toilet/seat rule, and a filter by the vocabulary.
+
+``MentionExtractor.locate`` also says where each mention is: its character span in the caption
+as given (before normalisation and lower-casing), found by aligning the tokens with the
+normalised text and mapping that text's characters back to the caption's.
 """
 
 from __future__ import annotations
 
 import threading
+import unicodedata
 
 from chair_server import vocabulary
 from chair_server.singular import singularize
-from chair_server.text import tokenize
+from chair_server.text import normalize, tokenize
+
+# a mention: (word, category, first token, token after the last)
+Found = tuple[str, int, int]
 
 # distinct tokens remembered by the singular cache before it starts over (a few MB at most)
 CACHE_LIMIT = 1 << 17
@@ -72,6 +80,25 @@ class MentionExtractor:
 
     def analyse(self, caption: str) -> tuple[list[tuple[str, str]], int]:
         """``(mentions, number of words)`` of a caption (punctuation tokens are not words)."""
+        found, length, _ = self._find(caption)
+        category_of = self.category_of
+        return [(w, category_of[w]) for w, _, _ in found], length
+
+    def locate(self, caption: str) -> tuple[list[tuple[str, str, int, int]], int]:
+        """``([(word, category, start, end), ...], number of words)``: ``analyse`` with each
+        mention's character span, ``caption[start:end]`` its text ("Dogs", "hot dog"; end
+        exclusive, into ``caption`` as given; a two-word object spans both words)."""
+        found, length, tokens = self._find(caption)
+        if not found:
+            return [], length
+        spans = token_spans(caption, tokens)
+        category_of = self.category_of
+        return [
+            (w, category_of[w], spans[first][0], spans[last - 1][1]) for w, first, last in found
+        ], length
+
+    def _find(self, caption: str) -> tuple[list[Found], int, list[str]]:
+        """``([(word, first token, token after the last), ...], words, tokens)``."""
         tokens = tokenize(caption)
         cache, punctuation = self._tables
         words = list(map(cache.get, tokens))
@@ -83,19 +110,19 @@ class MentionExtractor:
         length = len(tokens) - sum(map(punctuation.__contains__, tokens))
         hits = self._lookup_keys.intersection(words)
         if not hits:
-            return [], length
+            return [], length, tokens
         starts = self.pair_starts.intersection(hits)
         if starts and self._has_pair(words, starts):
             found = self._scan(words, hits)
         else:
             if starts:
                 hits = self._single.intersection(hits)
-            found = [w for w in words if w in hits]
+            found = [(w, i, i + 1) for i, w in enumerate(words) if w in hits]
         # the original tests the scanned words; both rule words are vocabulary words
-        if self.rule_dropped in found and self.rule_trigger in found:
-            found = [w for w in found if w != self.rule_dropped]
-        category_of = self.category_of
-        return [(w, category_of[w]) for w in found], length
+        scanned = {w for w, _, _ in found}
+        if self.rule_dropped in scanned and self.rule_trigger in scanned:
+            found = [m for m in found if m[0] != self.rule_dropped]
+        return found, length, tokens
 
     def _has_pair(self, words: list, starts: set[str]) -> bool:
         """Whether a two-word expression occurs (C-level ``count``/``index`` find the starts)."""
@@ -108,11 +135,11 @@ class MentionExtractor:
                     return True
         return False
 
-    def _scan(self, words: list, hits: set[str]) -> list[str]:
+    def _scan(self, words: list, hits: set[str]) -> list[Found]:
         """The original's left-to-right scan, visiting only vocabulary and pair-start words:
         a two-word expression wins over its first word and consumes its second."""
         single, pairs, starts = self._single, self.pairs, self.pair_starts
-        found: list[str] = []
+        found: list[Found] = []
         n, next_free = len(words), 0
         for i, word in [(i, w) for i, w in enumerate(words) if w in hits]:
             if i < next_free:
@@ -122,9 +149,74 @@ class MentionExtractor:
                 if key in pairs:
                     target = pairs[key]
                     if target is not None:
-                        found.append(target)
+                        found.append((target, i, i + 2))
                     next_free = i + 2
                     continue
             if word in single:
-                found.append(word)
+                found.append((word, i, i + 1))
         return found
+
+
+# tokens the tokenizer writes for a double quote of the text
+_QUOTE_TOKENS = frozenset(("``", "''"))
+
+
+def token_spans(caption: str, tokens: list[str]) -> list[tuple[int, int]]:
+    """``[(start, end), ...]``: where each of ``tokenize(caption)``'s tokens lies in ``caption``.
+
+    The tokens are found left to right in the normalised lower-cased text they were cut from
+    (only whitespace lies between them; a double quote may come back as ``` `` ``` or
+    ``''``), then mapped back through ``normal_origins``. A token not found (none is known)
+    gets the empty span at the current position rather than a wrong one further on.
+    """
+    text = normalize(caption).lower()
+    origin_start, origin_end = normal_origins(caption, text)
+    spans: list[tuple[int, int]] = []
+    position, size = 0, len(text)
+    for token in tokens:
+        while position < size and text[position].isspace():
+            position += 1
+        if text.startswith(token, position):
+            stop = position + len(token)
+        elif token in _QUOTE_TOKENS and text.startswith('"', position):
+            stop = position + 1
+        else:
+            found = text.find(token, position)
+            if found < 0:
+                spans.append((origin_start[position], origin_start[position]))
+                continue
+            position, stop = found, found + len(token)
+        spans.append((origin_start[position], origin_end[stop - 1]))
+        position = stop
+    return spans
+
+
+def normal_origins(caption: str, text: str) -> tuple[list[int], list[int]]:
+    """For each character of ``text`` (``normalize(caption).lower()``), the start and end in
+    ``caption`` of the characters it came from; one more entry each for the end of the text.
+
+    Normalisation works on runs that start at a character of combining class 0 (a letter and
+    its accents compose together), each run normalised alone. Where that does not add up to
+    the text's length (a composition across runs, as Hangul jamo), characters are placed in
+    proportion: approximate, on text no caption file holds.
+    """
+    size = len(text)
+    if caption.isascii() and len(caption) == size:
+        return [*range(size + 1)], [*range(1, size + 1), size]
+    runs: list[tuple[int, int]] = []
+    for i, char in enumerate(caption):
+        if not runs or unicodedata.combining(char) == 0:
+            runs.append((i, i + 1))
+        else:
+            runs[-1] = (runs[-1][0], i + 1)
+    starts: list[int] = []
+    ends = []
+    for first, last in runs:
+        piece = len(normalize(caption[first:last]).lower())
+        starts += [first] * piece
+        ends += [last] * piece
+    if len(starts) != size:
+        scale = len(caption) / max(size, 1)
+        starts = [min(int(j * scale), len(caption)) for j in range(size)]
+        ends = [min(max(int((j + 1) * scale), a + 1), len(caption)) for j, a in enumerate(starts)]
+    return [*starts, len(caption)], [*ends, len(caption)]

@@ -96,7 +96,9 @@ class ChairScorer:
 
         ``mentioned``: the category of every mention in caption order (repeats included, so its
         length is ``metrics.mentions``); ``hallucinated``: ``[word, category]`` of each mention
-        whose category is not in the image's ground truth.
+        whose category is not in the image's ground truth. ``mention_spans`` and
+        ``hallucinated_spans``: ``[start, end]`` of each of those mentions in ``caption``
+        (``chair_server.contract``).
 
         Unknown image ids give ``{"image_id", "caption", "error"}`` instead of metrics; a
         caption over ``max_caption_chars`` gives ``{"image_id", "error"}`` (its text is not
@@ -120,9 +122,9 @@ class ChairScorer:
                 "caption": caption,
                 "error": f"unknown image_id {image_id!r}",
             }
-        found, length = self._extractor.analyse(caption)
-        mentioned = [c for _, c in found]
-        hallucinated = [[w, c] for w, c in found if c not in truth]
+        found, length = self._extractor.locate(caption)
+        mentioned = [c for _, c, _, _ in found]
+        hallucinated = [[w, c] for w, c, _, _ in found if c not in truth]
         recalled = len(truth.intersection(mentioned))
         n = len(found)
         return {
@@ -130,6 +132,8 @@ class ChairScorer:
             "caption": caption,
             "mentioned": mentioned,
             "hallucinated": hallucinated,
+            contract.MENTION_SPANS_KEY: [[a, b] for _, _, a, b in found],
+            contract.HALLUCINATED_SPANS_KEY: [[a, b] for _, c, a, b in found if c not in truth],
             "no_mentions": n == 0,
             "metrics": {
                 "CHAIRs": 1 if hallucinated else 0,
