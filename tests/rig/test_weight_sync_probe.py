@@ -175,3 +175,24 @@ def test_a_run_whose_weights_never_changed_cannot_be_judged(compose, checkpoint,
 
 def test_without_a_sync_or_probe_rows_it_says_so(traced):
     assert probe(traced) == ["could not judge the weight sync: the rollout wrote no probe rows"]
+
+
+def test_a_synced_tensor_the_rollout_never_loaded_is_caught():
+    """A partial sync: the actor sent an adapter tensor the rollout's weights do not hold at
+    all (it loaded the base and dropped the adapter). Hand-made probe rows, no server."""
+    sync_rows = [
+        {"replica": 0, "kind": "weights", "t": 1.0, "tensors": {"w": "h0"}},
+        {"replica": 0, "kind": "adapter", "t": 2.0, "tensors": {"lora_A": "a0", "lora_B": "b0"}},
+        {"replica": 0, "kind": "adapter", "t": 4.0, "tensors": {"lora_A": "a1", "lora_B": "b1"}},
+    ]
+    rollout_rows = [
+        {"replica": 0, "t": 3.0, "state": "s0", "step": 1,
+         "tensors": {"w": "h0", "lora_A": "a0", "lora_B": "b0"}},
+        {"replica": 0, "t": 5.0, "state": "s1", "step": 2, "tensors": {"w": "h0", "lora_A": "a1"}},
+    ]  # fmt: skip
+    (problem,) = check_weight_sync(sync_rows, rollout_rows)
+    assert "trainer step 2" in problem
+    assert "1 of 3 tensors differ (1 absent), e.g. lora_B" in problem
+    # the same rows with the tensor loaded: nothing to say
+    rollout_rows[1]["tensors"]["lora_B"] = "b1"
+    assert check_weight_sync(sync_rows, rollout_rows) == []
