@@ -11,6 +11,7 @@ On SIGTERM or SIGINT the server stops accepting connections, finishes the reques
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -237,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = bind(settings, slot)
     except (OSError, ValueError, socket.gaierror) as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            return _fail(
+                f"cannot listen on {settings.host}:{settings.port}: the port is in use (another "
+                "CHAIR service?): give another with --port N, or --port 0 for a free one"
+            )
         return _fail(f"cannot listen on {settings.host}:{settings.port}: {exc}")
     for warning in settings.warnings():
         print(f"chair_server: warning: {warning}", file=sys.stderr, flush=True)
@@ -244,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scorer = load_scorer(settings)
     except (OSError, ValueError) as exc:
-        return _fail(f"cannot load ground truth: {exc}")
+        hint = ""
+        if settings.coco and not Path(settings.coco).exists():
+            hint = (
+                ": --coco takes COCO 2014's annotations folder (e.g. coco/annotations) or the "
+                "quick start's world (runs/demo/world, written by `entropyrl demo`: run it "
+                "first), or use --ground-truth FILE"
+            )
+        return _fail(f"cannot load ground truth: {exc}{hint}")
     if scorer.num_images == 0:
         return _fail(f"ground truth from {scorer.source} has no images: every caption would fail")
     log.info(
