@@ -9,6 +9,11 @@ their keyword defaults from these classes (`lam: float = EgpoBonusSpec.lam`).
 Sections:
 - `clip_schedule`: per-sample clip_high from a hallucination score
   (`entropyrl.core.clip_schedules`).
+- `clip_low_schedule`: per-sample clip_low from CHAIR_i, the side on which hallucinating samples
+  are clipped (`clip_schedules.clip_low_bounds`).
+- `token_penalty`: -beta on the advantage of each hallucinated mention's tokens
+  (`token_credit.token_penalty_advantage`).
+- `token_clip`: the hallucinated tokens' own PPO bounds (`token_credit.token_clip_bounds`).
 - `entropy`: which per-token quantity and which tokens form a sample's entropy H_i.
 - `egpo_bonus`: the additive EGPO bonus (`advantages.egpo_bonus_advantage`).
 - `egpo_ratio`: the multiplicative entropy-ratio calibration (`advantages.egpo_ratio_advantage`).
@@ -19,6 +24,9 @@ Sections:
   (`entropyrl.verl.lost_samples`; the local runner loses none).
 - `chair_fallback`: how many of a verl step's samples may go without a CHAIR score (the service
   did not answer) before the run stops (`entropyrl.verl.chair_fallback`).
+
+`AlgorithmSpecs.check` refuses sections that contradict each other (the token clip beside a
+per-sample schedule), in one line naming both switches.
 
 `LIMIT_KEYS` names the keys that are limits on a run, not part of its algorithm: a resume may
 change them (`entropyrl.verl.checks.checkpoints`).
@@ -43,6 +51,7 @@ __all__ = [
     "SPEC_CLASSES",
     "AlgorithmSpecs",
     "ChairFallbackSpec",
+    "ClipLowScheduleSpec",
     "ClipScheduleSpec",
     "EgpoBonusSpec",
     "EgpoRatioSpec",
@@ -51,6 +60,8 @@ __all__ = [
     "MaxEntSpec",
     "PpoClipSpec",
     "SpecError",
+    "TokenClipSpec",
+    "TokenPenaltySpec",
     "TokenShapingSpec",
     "algorithm_specs",
 ]
@@ -187,6 +198,65 @@ class ClipScheduleSpec(Spec):
             )
         if self.rule == "sigmoid":
             _check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class ClipLowScheduleSpec(ClipScheduleSpec):
+    """Per-sample PPO clip_low (the ratio's floor is 1 - clip_low) from each sample's CHAIR_i.
+
+    Hallucinating samples mostly carry a negative advantage, so PPO clips them on the low side;
+    this rule moves that bound. The rule's shape and keys are the clip schedule's, read on this
+    side (`entropyrl.core.clip_schedules.clip_low_bounds`); every bound stays below 1, where the
+    floor would vanish.
+    """
+
+    SECTION: ClassVar[str] = "clip_low_schedule"
+
+    enable: bool = _help(False, "give each sample its own clip_low from its CHAIR_i")
+    low: float = _help(0.2, "clip_low of a clean sample (PPO's 0.2)")
+    high: float = _help(0.4, "clip_low of a hallucinating sample")
+    neutral: float | None = _help(None, "clip_low of a sample without a CHAIR score (default: low)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("low", "high", "neutral"):
+            value = getattr(self, name)
+            if value is not None:
+                _check(value < 1, name, f"must be < 1 (at 1 the ratio has no floor), got {value}")
+
+
+@dataclass(frozen=True)
+class TokenPenaltySpec(Spec):
+    """-beta on the advantage of every token of a hallucinated mention; the other tokens keep
+    their group advantage (the sequence-level CHAIR penalty's counterpart). Needs the caption
+    reward's hallucinated token positions (CHAIR on)."""
+
+    SECTION: ClassVar[str] = "token_penalty"
+
+    enable: bool = _help(False, "subtract beta from the hallucinated tokens' advantages")
+    beta: float = _help(1.0, "penalty per hallucinated token (a mention's count penalty is 1.0)")
+
+    def __post_init__(self) -> None:
+        _check(_finite(self.beta) and self.beta >= 0, "beta", f"must be >= 0, got {self.beta}")
+
+
+@dataclass(frozen=True)
+class TokenClipSpec(Spec):
+    """The tokens of hallucinated mentions get their own PPO bounds [1 - low, 1 + high]; every
+    other token keeps the base bounds (the per-sample rule at the granularity of tokens). Needs
+    the caption reward's hallucinated token positions (CHAIR on)."""
+
+    SECTION: ClassVar[str] = "token_clip"
+
+    enable: bool = _help(False, "give hallucinated tokens their own clip bounds")
+    low: float = _help(0.2, "clip_low of a hallucinated token (the ratio's floor is 1 - low)")
+    high: float = _help(0.5, "clip_high of a hallucinated token")
+
+    def __post_init__(self) -> None:
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            _check(_finite(value) and value >= 0, name, f"must be finite and >= 0, got {value}")
+        _check(self.low < 1, "low", f"must be < 1 (at 1 the ratio has no floor), got {self.low}")
 
 
 @dataclass(frozen=True)
@@ -356,6 +426,9 @@ class ChairFallbackSpec(Spec):
 
 SPEC_CLASSES: tuple[type[Spec], ...] = (
     ClipScheduleSpec,
+    ClipLowScheduleSpec,
+    TokenPenaltySpec,
+    TokenClipSpec,
     EntropySpec,
     EgpoBonusSpec,
     EgpoRatioSpec,
@@ -397,6 +470,26 @@ class AlgorithmSpecs:
     maxent: MaxEntSpec = field(default_factory=MaxEntSpec)
     lost_samples: LostSamplesSpec = field(default_factory=LostSamplesSpec)
     chair_fallback: ChairFallbackSpec = field(default_factory=ChairFallbackSpec)
+    clip_low_schedule: ClipLowScheduleSpec = field(default_factory=ClipLowScheduleSpec)
+    token_penalty: TokenPenaltySpec = field(default_factory=TokenPenaltySpec)
+    token_clip: TokenClipSpec = field(default_factory=TokenClipSpec)
+
+    def check(self, where: str = "algorithm") -> None:
+        """Refuse sections that contradict each other, in one line naming both switches.
+
+        The token clip sets the bounds of the hallucinated tokens; beside a per-sample schedule
+        those tokens would take the token clip's bounds and the rest of the sample the
+        schedule's, a mixture neither mechanism describes (and a comparison that measures
+        neither)."""
+        prefix = f"{where}." if where else ""
+        if not self.token_clip.enable:
+            return
+        for other in (self.clip_schedule, self.clip_low_schedule):
+            if other.enable:
+                raise SpecError(
+                    f"{prefix}token_clip.enable=true contradicts {prefix}{other.SECTION}"
+                    f".enable=true (both set hallucinating samples' bounds): set one of them false"
+                )
 
 
 def _plain(value: Any) -> Any:
@@ -418,7 +511,8 @@ def algorithm_specs(algorithm: Any, where: str = "algorithm") -> AlgorithmSpecs:
 
     Other keys of `algorithm` (the engine's own, e.g. verl's `adv_estimator`) are not looked at;
     inside our sections every key must be known, and a key of 0.1's first configs
-    (`REMOVED_KEYS`) is refused with the one that replaced it.
+    (`REMOVED_KEYS`) is refused with the one that replaced it; sections that contradict each
+    other are refused by `AlgorithmSpecs.check`.
     """
     config = _plain(algorithm) or {}
     if not isinstance(config, Mapping):
@@ -449,7 +543,7 @@ def algorithm_specs(algorithm: Any, where: str = "algorithm") -> AlgorithmSpecs:
             f"{where}.egpo was removed (its keys moved to entropy.* and egpo_ratio.*); unknown "
             f"key{'s' if len(old_egpo) > 1 else ''} {', '.join(repr(k) for k in sorted(old_egpo))}"
         )
-    return AlgorithmSpecs(
+    specs = AlgorithmSpecs(
         **{
             spec_cls.SECTION: spec_cls.from_mapping(
                 sections[spec_cls.SECTION], f"{where}.{spec_cls.SECTION}"
@@ -457,3 +551,5 @@ def algorithm_specs(algorithm: Any, where: str = "algorithm") -> AlgorithmSpecs:
             for spec_cls in SPEC_CLASSES
         }
     )
+    specs.check(where)
+    return specs

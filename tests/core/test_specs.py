@@ -145,3 +145,54 @@ def test_specs_do_not_import_the_schedule():
         elif isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
     assert not {name for name in modules if name.startswith("entropyrl")}
+
+
+def test_token_sections_have_the_documented_defaults():
+    specs = algorithm_specs(None)
+    assert (specs.token_penalty.enable, specs.token_penalty.beta) == (False, 1.0)
+    assert (specs.token_clip.enable, specs.token_clip.low, specs.token_clip.high) == (
+        False,
+        0.2,
+        0.5,
+    )
+    low = specs.clip_low_schedule
+    assert (low.enable, low.rule, low.low, low.high) == (False, "step", 0.2, 0.4)
+    # the clip-low rule takes the clip schedule's shape and keys
+    assert [f.name for f in dataclasses.fields(low)] == [
+        f.name for f in dataclasses.fields(ClipScheduleSpec)
+    ]
+
+
+@pytest.mark.parametrize("other", ["clip_schedule", "clip_low_schedule"])
+def test_token_clip_beside_a_per_sample_schedule_is_refused_in_one_line(other):
+    both = {"token_clip": {"enable": True}, other: {"enable": True}}
+    with pytest.raises(SpecError) as refusal:
+        algorithm_specs(both)
+    message = str(refusal.value)
+    assert "\n" not in message
+    assert message == (
+        f"algorithm.token_clip.enable=true contradicts algorithm.{other}.enable=true "
+        "(both set hallucinating samples' bounds): set one of them false"
+    )
+    # either switch alone, or the token clip beside the token penalty, is accepted
+    algorithm_specs({"token_clip": {"enable": True}, "token_penalty": {"enable": True}})
+    algorithm_specs({other: {"enable": True}, "token_penalty": {"enable": True}})
+    algorithm_specs({"token_clip": {"enable": True}, other: {"enable": False}})
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "rule"),
+    [
+        ("token_penalty", "beta", -0.5, "must be >= 0"),
+        ("token_penalty", "beta", float("inf"), "must be >= 0"),
+        ("token_clip", "low", 1.0, "must be < 1"),
+        ("token_clip", "high", -0.1, "must be finite and >= 0"),
+        ("clip_low_schedule", "high", 1.0, "must be < 1"),
+        ("clip_low_schedule", "neutral", 1.5, "must be < 1"),
+        ("clip_low_schedule", "low", -0.1, "must be finite and >= 0"),
+    ],
+)
+def test_token_sections_check_their_values(section, key, value, rule):
+    with pytest.raises(SpecError, match=f"^algorithm.{section}.{key}: {rule}"):
+        algorithm_specs({section: {key: value}})
+    algorithm_specs({section: {key: 0.3}})

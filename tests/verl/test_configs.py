@@ -197,6 +197,12 @@ def _main_ppo(repo_root, tmp_path, *overrides: str, env=None):
             "error: algorithm.clip_schedule: unknown key 'treshold'; accepted: enable, rule, low, "
             "high, threshold, direction, neutral, saturation, temperature",
         ),
+        (  # the recipe's schedule is on: the token clip beside it contradicts it
+            ("algorithm.token_clip.enable=true",),
+            "error: algorithm.token_clip.enable=true contradicts "
+            "algorithm.clip_schedule.enable=true (both set hallucinating samples' bounds): set "
+            "one of them false",
+        ),
         (
             ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",),
             "error: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 does not divide the "
