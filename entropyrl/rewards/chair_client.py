@@ -20,7 +20,9 @@ What ``score`` returns per sample, and how to tell the cases apart:
 
 - a dict with ``"metrics"`` (``CHAIRs``, ``CHAIRi``, ``Recall``, ``mentions``, ...) and
   ``image_id``, ``mentioned``, ``hallucinated``, ``no_mentions`` (the caption text itself is not
-  sent back): scored;
+  sent back): scored; ``mention_spans`` / ``hallucinated_spans`` say where each mention is in
+  the caption sent (``chair_server.contract.spans`` reads them, None from a service without
+  them);
 - a dict with ``"error"`` (and no ``"metrics"``): the service answered but could not score this
   caption, e.g. an unknown image id; counted in ``chair/error_samples``;
 - ``None``: the service could not be reached or answered badly; counted in
