@@ -15,6 +15,19 @@ reported as ``chair/unavailable_frac``: training goes on and the failure is visi
 takes the rows' ground truths as ``entropyrl prepare coco`` writes them (``caption_ground_truth``)
 and returns a ``CaptionRewardResult``, the batch's arrays that is also the sequence of the
 per-caption `Score` values (``CAPTION_FIELDS``: what verl stores per sample).
+
+Where CHAIR found its mentions (``chair_server.contract``: each hallucinated mention's
+character span in the caption) the result keeps those spans, and with the model's tokenizer
+(``CaptionReward(tokenizer=...)``) each caption's ``hallucinated_token_positions``: the
+response token indices (0 = first response token) that overlap a hallucinated mention
+(``entropyrl.rewards.token_spans``), ``[]`` for a clean caption, None where CHAIR did not score
+it or answered without spans. verl's reward managers pass the compute_score function the
+decoded response string only (``tokenizer.decode(valid_response_ids,
+skip_special_tokens=True)``), not the ids: the positions are then those of the string's own
+tokenisation, which is the response's for every response the tokenizer would produce;
+``response_ids`` (the local runner has them) makes them exact for any sampled tokenisation.
+``CaptionReward.fields`` is ``CAPTION_FIELDS`` plus ``hallucinated_token_positions`` when a
+tokenizer is set: the keys verl's dict should carry.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from chair_server import contract
 from entropyrl.rewards.cider import CiderD
 from entropyrl.rewards.scorer import (
     ExtraInfos,
@@ -37,9 +51,11 @@ from entropyrl.rewards.scorer import (
     same_length,
 )
 from entropyrl.rewards.text import normalize_caption
+from entropyrl.rewards.token_spans import caption_positions
 
 __all__ = [
     "CAPTION_FIELDS",
+    "TOKEN_POSITIONS_KEY",
     "CaptionReward",
     "CaptionRewardResult",
     "ChairScorerLike",
@@ -58,6 +74,9 @@ CAPTION_FIELDS = (
     "chair_ok",
     "chair_fallback",
 )
+# the response token indices of each caption's hallucinated mentions (entropyrl.verl.hooks
+# reads the same key from the reward's extra info)
+TOKEN_POSITIONS_KEY = "hallucinated_token_positions"
 
 
 @runtime_checkable
@@ -99,6 +118,11 @@ class CaptionRewardResult(Sequence[Score]):
     chair_fallback: np.ndarray | None = None
     # caption length in words (CIDEr-D's tokens): shorter captions lower CHAIR by themselves
     words: np.ndarray | None = None
+    # per caption, the [start, end) character spans of its hallucinated mentions (None: CHAIR
+    # did not score it, or answered without spans); None when CHAIR was not requested
+    hallucinated_spans: list[list[tuple[int, int]] | None] | None = None
+    # per caption, the response token indices overlapping those spans; None without a tokenizer
+    hallucinated_positions: list[list[int] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -123,6 +147,9 @@ class CaptionRewardResult(Sequence[Score]):
             "words": float(self.words[i]) if self.words is not None else float("nan"),
             "chair_ok": ok,
             "chair_fallback": fallback,
+            TOKEN_POSITIONS_KEY: (
+                None if self.hallucinated_positions is None else self.hallucinated_positions[i]
+            ),
         }
         return Score(float(self.scores[i]), reason, details)
 
@@ -209,6 +236,8 @@ class CaptionReward:
         recall_weight: weight of the ``+ recall`` bonus (keeps empty captions from winning).
         chair_penalty: ``"fraction"`` (penalty = CHAIR_i, the default, kept for existing
             configs) or ``"count"`` (penalty = number of hallucinated mentions).
+        tokenizer: the policy's (fast) tokenizer, to map hallucinated mentions to response token
+            positions (see the module docstring); None leaves them out.
     """
 
     PENALTIES = ("fraction", "count")
@@ -221,6 +250,7 @@ class CaptionReward:
         chair_weight: float = 0.0,
         recall_weight: float = 0.0,
         chair_penalty: str = "fraction",
+        tokenizer: Any | None = None,
     ) -> None:
         if chair_penalty not in self.PENALTIES:
             raise ValueError(
@@ -235,14 +265,27 @@ class CaptionReward:
         self.chair_weight = float(chair_weight)
         self.recall_weight = float(recall_weight)
         self.chair_penalty = chair_penalty
+        self.tokenizer = tokenizer
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The keys of a caption's verl dict: ``CAPTION_FIELDS``, and the token positions when
+        a tokenizer can give them."""
+        return CAPTION_FIELDS + ((TOKEN_POSITIONS_KEY,) if self.tokenizer is not None else ())
 
     def __call__(
         self,
         captions: Sequence[str],
         image_ids: Sequence[int],
         references: Sequence[Sequence[str]],
+        response_ids: Sequence[Sequence[int]] | None = None,
     ) -> CaptionRewardResult:
+        """The batch's rewards. `response_ids` (per caption, the response's token ids, end of
+        turn and padding included) make the token positions index those ids; the captions
+        must then be their decoding (``skip_special_tokens=True``)."""
         batch = same_length(captions=captions, image_ids=image_ids, references=references)
+        if response_ids is not None and len(response_ids) != batch:
+            raise ValueError(f"{len(response_ids)} response_ids for {batch} captions")
         cider = self.cider.score_batch(captions, references)
         words = np.array([len(normalize_caption(c).split()) for c in captions], dtype=np.float64)
         chair_i = np.full(batch, np.nan)
@@ -251,6 +294,7 @@ class CaptionReward:
         hallucinated = np.full(batch, np.nan)
         chair_ok = np.zeros(batch, dtype=bool)
         chair_fallback = np.zeros(batch, dtype=bool)
+        spans: list[list[tuple[int, int]] | None] = [None] * batch
         if self.chair_client is not None and batch:
             items = [
                 {"image_id": _plain(image_id), "caption": caption}
@@ -281,10 +325,27 @@ class CaptionReward:
                 chair_i[i], chair_s[i], recall[i] = parts
                 hallucinated[i] = count
                 chair_ok[i] = True
+                try:
+                    spans[i] = contract.spans(entry)
+                except ValueError:
+                    spans[i] = None  # malformed spans: no token credit for this caption
         scores = cider.copy()
         penalty = hallucinated if self.chair_penalty == "count" else chair_i
         bonus = self.recall_weight * recall - self.chair_weight * penalty
         scores[chair_ok] += bonus[chair_ok]
+        positions = None
+        if self.tokenizer is not None and self.chair_client is not None:
+            positions = [
+                None
+                if found is None
+                else caption_positions(
+                    self.tokenizer,
+                    found,
+                    captions[i],
+                    None if response_ids is None else response_ids[i],
+                )
+                for i, found in enumerate(spans)
+            ]
         return CaptionRewardResult(
             scores=scores,
             cider=cider,
@@ -296,6 +357,8 @@ class CaptionReward:
             hallucinated=hallucinated if self.chair_client is not None else None,
             chair_fallback=chair_fallback if self.chair_client is not None else None,
             words=words,
+            hallucinated_spans=spans if self.chair_client is not None else None,
+            hallucinated_positions=positions,
         )
 
     def score_batch(

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "caption_positions",
     "hallucinated_positions",
     "overlapping_tokens",
     "response_offsets",
@@ -102,6 +103,26 @@ def response_offsets(
         end = min(lengths[i + 1], len(text))
         offsets[i] = (min(lengths[i], end), end)
     return text, offsets
+
+
+def caption_positions(
+    tokenizer: Any,
+    spans: Sequence[Sequence[int]],
+    caption: str,
+    response_ids: Sequence[int] | None = None,
+) -> list[int]:
+    """The response token positions of `spans` in `caption`: through `response_ids` (which
+    must decode to `caption`, else ValueError: other tokens would be marked) when given, else
+    through the tokenizer's own tokenisation of `caption`."""
+    if response_ids is None:
+        return hallucinated_positions(spans, text_offsets(tokenizer, caption))
+    text, offsets = response_offsets(tokenizer, response_ids)
+    if text != caption:
+        raise ValueError(
+            "the response ids do not decode to the caption scored: its token positions would "
+            "mark other tokens"
+        )
+    return hallucinated_positions(spans, offsets)
 
 
 def _fill_empty(offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:

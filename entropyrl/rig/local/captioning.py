@@ -3,6 +3,9 @@
 Rewards come from `entropyrl.rewards.CaptionReward`, the scorer verl's `caption_score` runs
 (CIDEr-D with corpus document frequencies and the CHAIR service over HTTP, one call per rollout
 batch); held-out evaluation decodes greedily and scores CHAIR through the same service.
+The reward also says which response tokens carry each hallucinated mention
+(`RewardOutput.hallucinated_positions`, from CHAIR's mention spans through the tokenizer's
+offsets: `entropyrl.rewards.token_spans`), what the token-level mechanisms act on.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from torch import Tensor
 
 from entropyrl.rewards.caption import CaptionReward
+from entropyrl.rewards.token_spans import caption_positions
 from entropyrl.rig.local.policy import greedy_texts
 from entropyrl.rig.local.rl import RewardOutput
 from entropyrl.rig.synthetic import SyntheticWorld
@@ -74,8 +78,20 @@ class CaptionTask:
             self._prompt_cache[item] = dict(batch)
         return self._prompt_cache[item]
 
-    def reward(self, texts: Sequence[str], items: Sequence[int]) -> RewardOutput:
-        # The scorer verl's caption_score runs, on the whole batch (one CHAIR call).
+    def reward(
+        self,
+        texts: Sequence[str],
+        items: Sequence[int],
+        responses: Tensor | Sequence[Sequence[int]] | None = None,
+    ) -> RewardOutput:
+        """The scorer verl's caption_score runs, on the whole batch (one CHAIR call).
+
+        `hallucinated_positions` index each response's tokens: those of `responses` ([N, R]
+        ids the texts were decoded from with ``skip_special_tokens=True``, padding included)
+        when given, else the tokenizer's own tokenisation of each text (the same ids for any
+        response the tokenizer would produce). None without CHAIR; a row's None where CHAIR did
+        not score it.
+        """
         truths = [(i, self.world.references[i]) for i in items]
         result = self.reward_fn.score_batch(list(texts), truths, [None] * len(truths))
         metrics = {
@@ -83,7 +99,28 @@ class CaptionTask:
             **{k: float(v) for k, v in result.metrics().items()},
         }
         chair_i = result.chair_i if result.chair_requested else None
-        return RewardOutput(scores=result.scores, chair_i=chair_i, metrics=metrics)
+        positions = None
+        if result.hallucinated_spans is not None:
+            if responses is not None and len(responses) != len(texts):
+                raise ValueError(f"{len(responses)} responses for {len(texts)} texts")
+            rows = [None] * len(texts) if responses is None else list(responses)
+            positions = [
+                None
+                if spans is None
+                else caption_positions(
+                    self.tokenizer,
+                    spans,
+                    texts[i],
+                    rows[i].tolist() if isinstance(rows[i], Tensor) else rows[i],
+                )
+                for i, spans in enumerate(result.hallucinated_spans)
+            ]
+        return RewardOutput(
+            scores=result.scores,
+            chair_i=chair_i,
+            metrics=metrics,
+            hallucinated_positions=positions,
+        )
 
     def warmup_batch(self, rng: random.Random, size: int) -> tuple[list[int], list[list[int]]]:
         """`size` (image, noisy warm-up caption) pairs as (image ids, target token ids)."""
