@@ -42,6 +42,15 @@ class MentionExtractor:
         self._single = frozenset(w for w in self.category_of if " " not in w)
         self._lookup_keys = self._single | self.pair_starts
         self.rule_trigger, self.rule_dropped = vocabulary.TOILET_SEAT_RULE
+        # two-word synonyms the original's pair scan lacks ("dining table": it counts "table"):
+        # (first word, counted word) -> the synonym, for the span only
+        self._wider: dict[tuple[str, str], str] = {
+            (first, last): name
+            for name in self.category_of
+            if name.count(" ") == 1
+            for first, last in [name.split()]
+            if (first, last) not in self.pairs
+        }
         # token -> singular word, and the tokens without a letter or digit; replaced together
         # (never cleared in place) so a reader always holds a consistent pair
         self._tables = self._new_tables()
@@ -87,15 +96,22 @@ class MentionExtractor:
     def locate(self, caption: str) -> tuple[list[tuple[str, str, int, int]], int]:
         """``([(word, category, start, end), ...], number of words)``: ``analyse`` with each
         mention's character span, ``caption[start:end]`` its text ("Dogs", "hot dog"; end
-        exclusive, into ``caption`` as given; a two-word object spans both words)."""
+        exclusive, into ``caption`` as given; a two-word object spans both words, "dining table"
+        too, which the original counts as "table")."""
         found, length, tokens = self._find(caption)
         if not found:
             return [], length
         spans = token_spans(caption, tokens)
-        category_of = self.category_of
-        return [
-            (w, category_of[w], spans[first][0], spans[last - 1][1]) for w, first, last in found
-        ], length
+        category_of, wider = self.category_of, self._wider
+        out, free = [], 0  # free: the first token no earlier mention holds
+        for w, first, last in found:
+            if first > free and last - first == 1:
+                name = wider.get((self.singular(tokens[first - 1]), w))
+                if name is not None and category_of[name] == category_of[w]:
+                    first -= 1  # "dining table" counts as "table" and spans both words
+            out.append((w, category_of[w], spans[first][0], spans[last - 1][1]))
+            free = last
+        return out, length
 
     def _find(self, caption: str) -> tuple[list[Found], int, list[str]]:
         """``([(word, first token, token after the last), ...], words, tokens)``."""
