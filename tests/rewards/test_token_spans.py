@@ -42,8 +42,11 @@ def test_overlap_by_hand() -> None:
 CAPTIONS = [
     # plurals, capitals, punctuation
     ("Two Dogs, three cats. A bird!", ["Dogs", "cats", "bird"]),
-    # two-word objects: both words' tokens; the original counts "dining table" as "table"
-    ("Two hot dogs on a dining table with a teddy bear.", ["hot dogs", "table", "teddy bear"]),
+    # two-word objects: both words' tokens ("dining table" too, counted as its "table")
+    (
+        "Two hot dogs on a dining table with a teddy bear.",
+        ["hot dogs", "dining table", "teddy bear"],
+    ),
     # repeated mentions: each occurrence
     ("A dog chasing another dog, and a third DOG.", ["dog", "dog", "DOG"]),
     # a man is no hallucination here; quotes and brackets around a mention
