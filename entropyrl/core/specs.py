@@ -213,6 +213,7 @@ class ClipLowScheduleSpec(ClipScheduleSpec):
     SECTION: ClassVar[str] = "clip_low_schedule"
 
     enable: bool = _help(False, "give each sample its own clip_low from its CHAIR_i")
+    rule: str = _help("step", "shape of the map from CHAIR_i to clip_low", CLIP_RULES)
     low: float = _help(0.2, "clip_low of a clean sample (PPO's 0.2)")
     high: float = _help(0.4, "clip_low of a hallucinating sample")
     neutral: float | None = _help(None, "clip_low of a sample without a CHAIR score (default: low)")
@@ -474,22 +475,30 @@ class AlgorithmSpecs:
     token_penalty: TokenPenaltySpec = field(default_factory=TokenPenaltySpec)
     token_clip: TokenClipSpec = field(default_factory=TokenClipSpec)
 
-    def check(self, where: str = "algorithm") -> None:
-        """Refuse sections that contradict each other, in one line naming both switches.
+    def conflicts(self) -> list[tuple[str, str]]:
+        """The pairs of enabled sections that contradict each other, e.g.
+        `[("token_clip", "clip_schedule")]`.
 
         The token clip sets the bounds of the hallucinated tokens; beside a per-sample schedule
         those tokens would take the token clip's bounds and the rest of the sample the
         schedule's, a mixture neither mechanism describes (and a comparison that measures
         neither)."""
-        prefix = f"{where}." if where else ""
         if not self.token_clip.enable:
-            return
-        for other in (self.clip_schedule, self.clip_low_schedule):
-            if other.enable:
-                raise SpecError(
-                    f"{prefix}token_clip.enable=true contradicts {prefix}{other.SECTION}"
-                    f".enable=true (both set hallucinating samples' bounds): set one of them false"
-                )
+            return []
+        return [
+            (TokenClipSpec.SECTION, other.SECTION)
+            for other in (self.clip_schedule, self.clip_low_schedule)
+            if other.enable
+        ]
+
+    def check(self, where: str = "algorithm") -> None:
+        """Refuse the first of `conflicts`, in one line naming both switches."""
+        prefix = f"{where}." if where else ""
+        for one, other in self.conflicts()[:1]:
+            raise SpecError(
+                f"{prefix}{one}.enable=true contradicts {prefix}{other}.enable=true (both set "
+                "hallucinating samples' bounds): set one of them false"
+            )
 
 
 def _plain(value: Any) -> Any:

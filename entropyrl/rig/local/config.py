@@ -15,6 +15,8 @@ from typing import Any
 
 from entropyrl.core.estimator_names import ESTIMATOR_NAMES as ADV_ESTIMATORS
 from entropyrl.core.specs import (
+    AlgorithmSpecs,
+    ClipLowScheduleSpec,
     ClipScheduleSpec,
     EgpoBonusSpec,
     EgpoRatioSpec,
@@ -22,6 +24,8 @@ from entropyrl.core.specs import (
     MaxEntSpec,
     PpoClipSpec,
     Spec,
+    TokenClipSpec,
+    TokenPenaltySpec,
     TokenShapingSpec,
 )
 
@@ -157,6 +161,18 @@ class DemoConfig:
     maxent: MaxEntSpec = field(
         default_factory=MaxEntSpec, metadata=_section("the maxent_grpo estimator")
     )
+    token_penalty: TokenPenaltySpec = field(
+        default_factory=TokenPenaltySpec,
+        metadata=_section("-beta on the advantages of hallucinated tokens (captioning)"),
+    )
+    token_clip: TokenClipSpec = field(
+        default_factory=TokenClipSpec,
+        metadata=_section("hallucinated tokens' own clip bounds (captioning)"),
+    )
+    clip_low_schedule: ClipLowScheduleSpec = field(
+        default_factory=ClipLowScheduleSpec,
+        metadata=_section("per-sample clip_low from CHAIR_i (captioning)"),
+    )
 
     # evaluation
     eval_max_new_tokens: int = _f(24, "greedy evaluation length in tokens")
@@ -215,6 +231,38 @@ class DemoConfig:
                 raise ValueError(f"{name}: invalid value {getattr(self, name)!r} (must be {rule})")
         for variant in self.variants():
             parse_variant(variant)
+        self._check_token_sections()
+
+    def _check_token_sections(self) -> None:
+        """The token sections need CHAIR (captioning) and must not contradict a variant's clip
+        schedule (`AlgorithmSpecs.conflicts`); one line naming the options."""
+        token = ("token_penalty", "token_clip", "clip_low_schedule")
+        if self.task != "captioning":
+            for name in token:
+                if getattr(self, name).enable:
+                    raise ValueError(
+                        f"{name}.enable: reads CHAIR's hallucinated words, which --task "
+                        f"{self.task} does not score; drop --{name.replace('_', '-')}-enable"
+                    )
+        for variant in self.variants():
+            _, clip = parse_variant(variant)
+            specs = AlgorithmSpecs(
+                clip_schedule=ClipScheduleSpec(enable=clip),
+                clip_low_schedule=self.clip_low_schedule,
+                token_clip=self.token_clip,
+            )
+            for one, other in specs.conflicts()[:1]:
+                if other != "clip_schedule":
+                    fix = "drop --clip-low-schedule-enable"
+                elif self.compare:
+                    fix = f"compare {variant.partition('+')[0]} without +clip"
+                else:
+                    fix = "add --no-clip-schedule-enable"
+                raise ValueError(
+                    f"{one}.enable: contradicts {other} of variant {variant} (both set "
+                    f"hallucinating samples' bounds): drop --{one.replace('_', '-')}-enable, or "
+                    f"{fix}"
+                )
 
     def world_settings(self, seed: int | None = None) -> dict[str, Any]:
         """`build_synthetic_coco`'s settings of this run's world (`seed` default: the run's)."""
@@ -263,4 +311,7 @@ SPEC_FIELDS: dict[str, type[Spec]] = {
     "egpo_ratio": EgpoRatioSpec,
     "entropy_adv": TokenShapingSpec,
     "maxent": MaxEntSpec,
+    "token_penalty": TokenPenaltySpec,
+    "token_clip": TokenClipSpec,
+    "clip_low_schedule": ClipLowScheduleSpec,
 }

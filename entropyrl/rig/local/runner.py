@@ -64,7 +64,8 @@ class MetricsLog:
 
 
 def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSettings:
-    """`RLSettings` of a variant name (`ADV`, or `ADV+clip` with the clip schedule on)."""
+    """`RLSettings` of a variant name (`ADV`, or `ADV+clip` with the clip schedule on); the token
+    sections (token penalty, token clip, clip-low schedule) apply to every variant."""
     adv, clip = parse_variant(variant)
     specs = AlgorithmSpecs(
         clip_schedule=dataclasses.replace(cfg.clip_schedule, enable=clip),
@@ -73,6 +74,9 @@ def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSetti
         egpo_ratio=cfg.egpo_ratio,
         entropy_adv=cfg.entropy_adv,
         maxent=cfg.maxent,
+        clip_low_schedule=cfg.clip_low_schedule,
+        token_penalty=cfg.token_penalty,
+        token_clip=cfg.token_clip,
     )
     think_ids = None
     if cfg.entropy.mode != "full" and tokenizer is not None:
@@ -89,6 +93,9 @@ def rl_settings(cfg: DemoConfig, variant: str, tokenizer: Any = None) -> RLSetti
         kl_coef=cfg.kl_coef,
         max_grad_norm=cfg.max_grad_norm,
         think_ids=think_ids,
+        token_penalty_beta=cfg.token_penalty.beta if cfg.token_penalty.enable else None,
+        token_clip=(cfg.token_clip.low, cfg.token_clip.high) if cfg.token_clip.enable else None,
+        clip_low_schedule=cfg.clip_low_schedule if cfg.clip_low_schedule.enable else None,
     )
 
 
