@@ -12,10 +12,10 @@ others:
   warm-up steps and RL steps of `egpo+clip` (CHAIR service over HTTP, CIDEr-D reward), the
   losses finite, seconds per step, peak GPU memory; the same steps in float32 beside them.
 - **recipe**: one micro-batch of the captioning recipe through Qwen2.5-VL-3B and -7B built from
-  their configs (random bf16 weights, nothing downloaded): 5 sequences of 1,280 tokens, each
-  with one 640 x 480 image (1,564 patches), gradient checkpointing on, log-probs of every
-  position in float32 as verl's actor takes them, the per-sample clip loss, backward. Peak GPU
-  memory beside docs/scaling.md's computed activation figures.
+  their configs (random bf16 weights, float32 on a CPU; nothing downloaded): 5 sequences of
+  1,280 tokens, each with one 640 x 480 image (1,564 patches), gradient checkpointing on,
+  log-probs of every position in float32 as verl's actor takes them, the per-sample clip loss,
+  backward. Peak GPU memory beside docs/scaling.md's computed activation figures.
 - **demo**: `entropyrl demo --device cuda`, the quick start on the GPU in float32, its checks.
 
     python benchmarks/cuda_check.py --out runs/cuda_check
@@ -337,7 +337,7 @@ def qwen2_5_vl_config(size: str) -> Any:
 
 
 def _recipe_batch(config: Any, rows: int, length: int, response: int, grid: tuple[int, int],
-                  device: torch.device) -> dict[str, torch.Tensor]:  # fmt: skip
+                  device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:  # fmt: skip
     """`rows` sequences of `length` tokens: text, one image of `grid` patches, text, response."""
     gen = torch.Generator().manual_seed(0)
     h, w = grid
@@ -350,7 +350,7 @@ def _recipe_batch(config: Any, rows: int, length: int, response: int, grid: tupl
     return {
         "input_ids": ids.to(device),
         "attention_mask": torch.ones(rows, length, dtype=torch.long, device=device),
-        "pixel_values": pixels.to(device, torch.bfloat16),
+        "pixel_values": pixels.to(device, dtype),
         "image_grid_thw": torch.tensor([[1, h, w]] * rows, device=device),
         "mm_token_type_ids": (ids == config.image_token_id).long().to(device),
     }
@@ -385,7 +385,15 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
     # a 640 x 480 COCO image becomes 34 x 46 = 1,564 patches (391 image tokens).
     rows, length, response, grid = (2, 160, 32, (8, 8)) if small else (5, 1280, 256, (34, 46))
     sizes = ("tiny",) if small else ("3B", "7B")
-    out: dict[str, Any] = {"micro_batch": [rows, length], "response": response, "grid": grid}
+    # bf16 as on a GPU; float32 on a CPU, whose bf16 matmuls without AVX512-BF16 run some 100x
+    # slower than float32 (torch 2.13: 138 s against 1.4 s for the tiny model's lm_head)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    out: dict[str, Any] = {
+        "micro_batch": [rows, length],
+        "response": response,
+        "grid": grid,
+        "dtype": str(dtype).removeprefix("torch."),
+    }
     for size in sizes:
         row: dict[str, Any] = {}
         out[size] = row
@@ -397,9 +405,7 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
             _reset_peak(device)
             started = time.perf_counter()
             with torch.device(device):
-                model = Qwen2_5_VLForConditionalGeneration._from_config(
-                    config, dtype=torch.bfloat16
-                )
+                model = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=dtype)
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
@@ -407,7 +413,7 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
             model.train()
             row["parameters_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 3)
             row["build_seconds"] = round(time.perf_counter() - started, 1)
-            batch = _recipe_batch(config, rows, length, response, grid, device)
+            batch = _recipe_batch(config, rows, length, response, grid, device, dtype)
             gen = torch.Generator().manual_seed(3)
             chair = (torch.rand(rows, generator=gen) * 0.3).to(device)
             bounds = clip_high_bounds(chair, ClipScheduleSpec(enable=True))
@@ -428,8 +434,8 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
                         if p.grad is not None)  # fmt: skip
             peak = _max_allocated(device)
             row.update(
-                parameters_bf16_gb=_gb(static),
-                gradients_bf16_gb=_gb(grads),
+                parameters_gb=_gb(static),
+                gradients_gb=_gb(grads),
                 peak_with_gradients_gb=_gb(peak),
             )
             # Activations alone: each gradient is dropped as soon as it is accumulated, as
@@ -447,7 +453,7 @@ def recipe(device: torch.device, small: bool) -> dict[str, Any]:
                 hook.remove()
             # The old-log-prob pass: twice the rows, no gradients, log-probs and entropy of
             # every position in float32 (what the estimators read).
-            wide = _recipe_batch(config, 2 * rows, length, response, grid, device)
+            wide = _recipe_batch(config, 2 * rows, length, response, grid, device, dtype)
             _reset_peak(device)
             with torch.no_grad():
                 logits = model(**wide, use_cache=False).logits.float()
