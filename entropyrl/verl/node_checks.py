@@ -11,7 +11,9 @@ the workers are up the trainer runs one Ray task per alive node that checks:
 - one image: the first image of the first training row (a folder copied partly fails here);
 - the CHAIR service, when the reward asks for one: a request with the node's own
   `CHAIR_SERVER_TOKEN` (what its reward workers send), so that a refused token (401/403) is
-  told apart from a service out of reach;
+  told apart from a service out of reach; not with `CHAIR_OPTIONAL=1`, where a run trains on
+  without CHAIR by choice and each step counts and reports its fallbacks
+  (`entropyrl.verl.chair_fallback`);
 
 and stops the run with one line per node that fails, naming the node and the fix.
 """
@@ -24,11 +26,12 @@ import socket
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from entropyrl.verl.chair_fallback import OPTIONAL_ENV
 from entropyrl.verl.checks.findings import select
 
 TOKEN_ENV = "CHAIR_SERVER_TOKEN"
@@ -79,7 +82,7 @@ def chair_problem(url: str, token: str | None, timeout: float) -> str | None:
         if error.code in (401, 403):
             return (
                 f"the CHAIR service at {url} refuses the run's token (HTTP {error.code}): set "
-                f"{TOKEN_ENV} to the service's token"
+                f"{TOKEN_ENV} to the service's token on this node (before `ray start`)"
             )
         return None  # answered: reached, token accepted
     except (OSError, ValueError) as error:
@@ -104,9 +107,11 @@ def first_image(train_file: str) -> str | None:
     return first if isinstance(first, str) and not first.startswith("data:") else None
 
 
-def inputs_from_config(config: Any) -> NodeInputs:
-    """The run's data files, one image, model folder and CHAIR service, from verl's config.
-    The token is left to each node: its reward workers send the `CHAIR_SERVER_TOKEN` of theirs."""
+def inputs_from_config(config: Any, environ: Mapping[str, str] | None = None) -> NodeInputs:
+    """The run's data files, one image, model folder and CHAIR service, from verl's config (the
+    service left out under `CHAIR_OPTIONAL=1` in `environ`, default the process's). The token
+    is left to each node: its reward workers send the `CHAIR_SERVER_TOKEN` of theirs."""
+    environ = os.environ if environ is None else environ
     files: list[str] = []
     for key in ("data.train_files", "data.val_files"):
         value = select(config, key, None)
@@ -121,6 +126,8 @@ def inputs_from_config(config: Any) -> NodeInputs:
         if image:
             files.append(image.removeprefix("file://"))
     chair_url = select(config, f"{REWARD_KWARGS}.chair_url", None)
+    if environ.get(OPTIONAL_ENV, "") == "1":
+        chair_url = None
     return NodeInputs(
         files=tuple(dict.fromkeys(files)),
         model=str(select(config, "actor_rollout_ref.model.path", "") or "") or None,

@@ -63,16 +63,20 @@ def _run(tmp_path: Path, *, images: bool = True) -> tuple[object, Path, Path]:
 def test_inputs_from_config_name_the_data_one_image_the_model_and_chair(tmp_path):
     config, image, model = _run(tmp_path)
     config.reward.custom_reward_function.reward_kwargs.chair_url = "http://10.0.0.1:5000"
-    inputs = node_checks.inputs_from_config(config)
+    inputs = node_checks.inputs_from_config(config, environ={})
     assert inputs == NodeInputs(
         files=(str(tmp_path / "train.parquet"), str(tmp_path / "val.parquet"), str(image)),
         model=str(model),
         chair_url="http://10.0.0.1:5000",
         token=None,  # each node sends its own
     )
+    # CHAIR_OPTIONAL=1: training on without CHAIR is the user's choice, counted per step
+    assert node_checks.inputs_from_config(config, environ={"CHAIR_OPTIONAL": "1"}) == replace(
+        inputs, chair_url=None
+    )
     (tmp_path / "text").mkdir()
     config, _, _ = _run(tmp_path / "text", images=False)
-    assert node_checks.inputs_from_config(config).chair_url is None
+    assert node_checks.inputs_from_config(config, environ={}).chair_url is None
     assert len(node_checks.inputs_from_config(config).files) == 2  # no image rows
 
 
@@ -98,10 +102,10 @@ def test_chair_refusing_the_token_and_chair_out_of_reach_are_told_apart(token_se
     wrong = node_problems(NodeInputs(chair_url=token_service, token="wrong"))
     assert wrong == [
         f"the CHAIR service at {token_service} refuses the run's token (HTTP 401): set "
-        "CHAIR_SERVER_TOKEN to the service's token"
+        "CHAIR_SERVER_TOKEN to the service's token on this node (before `ray start`)"
     ]
     assert node_problems(NodeInputs(chair_url=token_service, token=None))[0].endswith(
-        "set CHAIR_SERVER_TOKEN to the service's token"
+        "set CHAIR_SERVER_TOKEN to the service's token on this node (before `ray start`)"
     )
     closed = _closed_port_url()
     (unreachable,) = node_problems(NodeInputs(chair_url=closed, token=TOKEN), timeout=5)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import time
 
@@ -75,10 +76,12 @@ def test_a_token_the_service_refuses_stops_the_run_with_one_line(
     smoke_script, smoke_cache, tmp_path, monkeypatch
 ) -> None:
     """The reward workers hold a token the CHAIR service refuses (a node whose `ray start` had
-    another CHAIR_SERVER_TOKEN): the caption smoke stops at its first validation, non-zero, with
-    the line that names the token on the driver's stderr, instead of training without CHAIR or
-    dying later in TransferQueue without the cause."""
-    launch = pytest.importorskip("chair_server.launch")
+    another CHAIR_SERVER_TOKEN): the caption smoke stops at start, before any worker, non-zero,
+    with the line that names the node and the token on the driver's stderr
+    (`entropyrl.verl.node_checks`), instead of training without CHAIR or dying later in
+    TransferQueue without the cause."""
+    from chair_server import launch
+
     truth = tmp_path / "truth.json"
     truth.write_text(json.dumps({"1": ["dog"]}))
     monkeypatch.setenv("CHAIR_SERVER_TOKEN", "the-service-token")
@@ -94,10 +97,14 @@ def test_a_token_the_service_refuses_stops_the_run_with_one_line(
     finally:
         server.stop()
     assert run.returncode != 0, run.tail()
-    line = (
-        "entropyrl: validation at step 0: the reward stopped the run: ChairAuthError: the CHAIR "
-        f"service at {server.url} refused this client's token (HTTP 401): set CHAIR_SERVER_TOKEN "
-        "to the service's token where the reward runs (on every node, before `ray start`) (node "
-    )
-    assert line in run.stderr, run.tail()
+    # the launch's last line: the node check's stop, as the trainer raised it
+    last = run.stderr.strip().splitlines()[-1]
+    assert "entropyrl: a node lacks what the run reads there" in last, run.tail()
+    assert re.search(
+        rf"node \S+ \(\S+\): the CHAIR service at {re.escape(server.url)} refuses the run's "
+        r"token \(HTTP 401\): set CHAIR_SERVER_TOKEN to the service's token on this node "
+        r"\(before `ray start`\)$",
+        last,
+    ), last
+    assert "validation at step 0" not in run.stderr  # stopped before any step
     assert "smoke check passed" not in run.stdout
