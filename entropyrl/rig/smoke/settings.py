@@ -108,6 +108,11 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
         "set to true by verl's own TaskRunner at run time (the written config is the running one)"
     ),
     "trainer.default_local_dir": "checkpoints under DIR",
+    "trainer.experiment_name": (
+        "the launch names the run after MODEL_PATH (chair_mscoco_<model>_<EXPERIMENT>): the tiny "
+        "model's folder is `model`"
+    ),
+    "actor_rollout_ref.rollout.trace.experiment_name": "follows trainer.experiment_name",
 }
 
 

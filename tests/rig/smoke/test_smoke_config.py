@@ -85,8 +85,13 @@ def test_the_smoke_config_is_the_recipe_but_for_the_allowed_keys(task, ranks, tm
     )
 
 
-# Keys a smoke run's written config differs in that the composed one does not: verl sets them.
-AT_RUN_TIME = {"transfer_queue.enable"}
+# Keys a smoke run's written config differs in that the composed one does not: verl sets the
+# first, the launch the run's name (from MODEL_PATH, on the captioning recipe only).
+AT_RUN_TIME = {
+    "transfer_queue.enable",
+    "trainer.experiment_name",
+    "actor_rollout_ref.rollout.trace.experiment_name",
+}
 # Keys of the list the default smoke of a task leaves as the recipe has them (the caption data
 # set, the text token budgets, the save frequency a test changes).
 NOT_CHANGED_BY_DEFAULT = {
