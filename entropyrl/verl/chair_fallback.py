@@ -27,7 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OPTIONAL_ENV", "SETTING", "ChairFallbackError", "Verdict", "judge", "service_url"]
+__all__ = [
+    "OPTIONAL_ENV",
+    "SETTING",
+    "ChairFallbackError",
+    "Verdict",
+    "chair_optional",
+    "judge",
+    "service_url",
+]
 
 SETTING = "algorithm.chair_fallback.max_fraction"
 OPTIONAL_ENV = "CHAIR_OPTIONAL"
@@ -74,6 +82,12 @@ def _node(rows: list[dict[str, Any]], driver: str) -> str:
     return f"node {driver} (the driver's; the reward did not report its worker's)"
 
 
+def chair_optional(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the user chose to train on without CHAIR: `CHAIR_OPTIONAL=1` in `environ`
+    (default: the process's)."""
+    return (os.environ if environ is None else environ).get(OPTIONAL_ENV, "") == "1"
+
+
 def judge(
     *,
     where: str,
@@ -88,13 +102,12 @@ def judge(
     answer (`entropyrl.verl.hooks.chair_fallback_rows`; a `node` key names the reward worker's
     host where the reward reports it), `samples` its real rows that report CHAIR, `url` the
     service. `environ` (default: the process's) holds `CHAIR_OPTIONAL`; `driver` is this host."""
-    environ = os.environ if environ is None else environ
     fallbacks = len(fallback_rows)
     if samples <= 0:
         return Verdict(fallbacks, samples)
     node = _node(fallback_rows, driver or socket.gethostname())
     share = f"{fallbacks} of {samples} samples got no CHAIR score"
-    if environ.get(OPTIONAL_ENV, "") == "1":
+    if chair_optional(environ):
         about = f" from the CHAIR service at {url} ({node})" if fallbacks else ""
         return Verdict(
             fallbacks,

@@ -4,8 +4,8 @@ verl's workers open the data files, the images and the model folder on the node 
 and the reward workers call the CHAIR service from theirs; the launch checks these on the
 launching node only. A path that exists only there, or a service the other nodes cannot reach
 (it listens on the first `hostname -I` address; a firewall, another network), fails later, in
-a worker, with a traceback that does not name the node, or, for CHAIR, as fallbacks. So once
-the workers are up the trainer runs one Ray task per alive node that checks:
+a worker, with a traceback that does not name the node, or, for CHAIR, as fallbacks. So before
+any worker starts the trainer runs one Ray task per alive node that checks:
 
 - the data files (`data.train_files`, `data.val_files`) and the model folder (config.json);
 - one image: the first image of the first training row (a folder copied partly fails here);
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from entropyrl.verl.chair_fallback import OPTIONAL_ENV
+from entropyrl.verl.chair_fallback import chair_optional
 from entropyrl.verl.checks.findings import select
 
 TOKEN_ENV = "CHAIR_SERVER_TOKEN"
@@ -111,7 +111,6 @@ def inputs_from_config(config: Any, environ: Mapping[str, str] | None = None) ->
     """The run's data files, one image, model folder and CHAIR service, from verl's config (the
     service left out under `CHAIR_OPTIONAL=1` in `environ`, default the process's). The token
     is left to each node: its reward workers send the `CHAIR_SERVER_TOKEN` of theirs."""
-    environ = os.environ if environ is None else environ
     files: list[str] = []
     for key in ("data.train_files", "data.val_files"):
         value = select(config, key, None)
@@ -126,7 +125,7 @@ def inputs_from_config(config: Any, environ: Mapping[str, str] | None = None) ->
         if image:
             files.append(image.removeprefix("file://"))
     chair_url = select(config, f"{REWARD_KWARGS}.chair_url", None)
-    if environ.get(OPTIONAL_ENV, "") == "1":
+    if chair_optional(environ):
         chair_url = None
     return NodeInputs(
         files=tuple(dict.fromkeys(files)),
