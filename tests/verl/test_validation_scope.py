@@ -159,3 +159,32 @@ def test_an_entropy_estimator_under_our_trainer_is_not_refused_for_it(tmp_path) 
     assert validation.uses_our_trainer(config)
     problems = validation.config_problems(config, use_reference_policy=True)
     assert not [p for p in problems if "per-token entropy" in p]
+
+
+@pytest.mark.parametrize("section", sorted(validation.UNWIRED_SECTIONS))
+@pytest.mark.parametrize("mode", ["sync", "entropyrl"])
+def test_a_token_level_section_is_refused_under_either_trainer(section, mode, tmp_path):
+    """The local runner applies these sections; the verl trainer does not yet (no token
+    positions reach it, no per-sample clip_low is written): switched on, a run of either trainer
+    would train as if it were off, so it is refused in one line naming the switch."""
+    config = compose_verl(
+        [f"trainer.v1.trainer_mode={mode}", f"+algorithm.{section}.enable=true"],
+        tmp_path / "ckpt",
+    )
+    assert validation.uses_entropyrl(config)
+    problems = validation.config_problems(config, use_reference_policy=True)
+    flag = validation.UNWIRED_SECTIONS[section]
+    assert [p for p in problems if "not applied under verl" in p] == [
+        f"algorithm.{section}.enable=true is not applied under verl yet (the run would train "
+        f"without it); it runs on the local runner (entropyrl demo {flag}); set "
+        f"algorithm.{section}.enable=false"
+    ]
+    off = compose_verl(
+        [f"trainer.v1.trainer_mode={mode}", f"+algorithm.{section}.enable=false"],
+        tmp_path / "ckpt",
+    )
+    assert not [
+        p
+        for p in validation.config_problems(off, use_reference_policy=True)
+        if "not applied" in p
+    ]

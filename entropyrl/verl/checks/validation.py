@@ -70,6 +70,8 @@ def config_problems(
         check_algorithm(config)
     except SpecError as error:
         problems.append(str(error))
+    else:  # a section that contradicts another is said once, by its SpecError
+        problems += unwired_problems(config)
     problems += geometry_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
@@ -128,9 +130,36 @@ def clip_schedule_problems(config: Any) -> list[str]:
 
 def _schedule_enabled(config: Any) -> bool:
     """`algorithm.clip_schedule.enable` (our key: no plain verl config has it)."""
+    return _section_enabled(config, "clip_schedule")
+
+
+def _section_enabled(config: Any, section: str) -> bool:
+    """`algorithm.<section>.enable` is true (our sections: no plain verl config has them)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.select(config, "algorithm.clip_schedule.enable", default=False) is True
+    return OmegaConf.select(config, f"algorithm.{section}.enable", default=False) is True
+
+
+# Sections the local runner applies and the verl trainer does not yet: the caption reward
+# hands verl no token positions and the trainer writes neither `hallucinated_tokens` nor a
+# per-sample `clip_low`, so under verl each would train as if it were off.
+UNWIRED_SECTIONS = {
+    "token_penalty": "--token-penalty-enable",
+    "token_clip": "--token-clip-enable",
+    "clip_low_schedule": "--clip-low-schedule-enable",
+}
+
+
+def unwired_problems(config: Any) -> list[str]:
+    """One line per section switched on that the verl plugin does not apply yet, under any
+    trainer: a switch that trains as if it were off is refused, not ignored."""
+    return [
+        f"algorithm.{section}.enable=true is not applied under verl yet (the run would train "
+        f"without it); it runs on the local runner (entropyrl demo {flag}); set "
+        f"algorithm.{section}.enable=false"
+        for section, flag in UNWIRED_SECTIONS.items()
+        if _section_enabled(config, section)
+    ]
 
 
 def trainer_problems(config: Any) -> list[str]:
@@ -213,8 +242,8 @@ def schedule_bound_problem(
 
 def uses_entropyrl(config: Any) -> bool:
     """Whether the run uses a part of the plugin verl would not have without it: the
-    entropy-aware trainer, one of our advantage estimators, our policy loss, or our clip
-    schedule switched on. The plugin loads into every verl process of the environment; a run
+    entropy-aware trainer, one of our advantage estimators, our policy loss, or one of our
+    sections switched on (the clip schedule, `UNWIRED_SECTIONS`). The plugin loads into every verl process of the environment; a run
     that uses none of these is validated exactly as verl alone validates it."""
     from omegaconf import OmegaConf
 
@@ -228,6 +257,7 @@ def uses_entropyrl(config: Any) -> bool:
     return (
         uses_our_trainer(config)
         or _schedule_enabled(config)
+        or any(_section_enabled(config, section) for section in UNWIRED_SECTIONS)
         or value("algorithm.adv_estimator") in VERL_ESTIMATORS
         or value("actor_rollout_ref.actor.policy_loss.loss_mode") in VERL_POLICY_LOSSES
     )
