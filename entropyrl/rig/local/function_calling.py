@@ -249,7 +249,10 @@ class FunctionCallingTask:
             mask[i, width - len(row) :] = 1
         return {"input_ids": ids, "attention_mask": mask}
 
-    def reward(self, texts: Sequence[str], items: Sequence[Any]) -> RewardOutput:
+    def reward(
+        self, texts: Sequence[str], items: Sequence[Any], responses: Any = None
+    ) -> RewardOutput:
+        """Strict tool-call scores; `responses` is unused (no token positions here)."""
         from entropyrl.rewards.function_calling import FunctionCallingScorer
 
         queries = self._queries(items)

@@ -52,6 +52,7 @@ __all__ = [
     "sample_clip_low",
     "supervised_step",
     "token_credit",
+    "token_entropy_split",
 ]
 
 
@@ -75,8 +76,11 @@ class Task(Protocol):
     def prompts(self, items: Sequence[Any]) -> dict[str, Tensor]:
         """Model inputs of the prompts of `items` ([B, P], left-padded)."""
 
-    def reward(self, texts: Sequence[str], items: Sequence[Any]) -> RewardOutput:
-        """Score decoded responses (one call per rollout batch)."""
+    def reward(
+        self, texts: Sequence[str], items: Sequence[Any], responses: Tensor | None = None
+    ) -> RewardOutput:
+        """Score decoded responses (one call per rollout batch); `responses` [N, R] are the ids
+        the texts were decoded from, so token positions index the sampled tokens."""
 
 
 @dataclass
@@ -211,6 +215,32 @@ def token_credit(
     return adv, clip_low, clip_high, metrics
 
 
+def token_entropy_split(
+    positions: Sequence[Sequence[int] | None] | None, entropy: Tensor, mask: Tensor
+) -> dict[str, float]:
+    """Mean token entropy on hallucinated mention tokens and on the other tokens of scored rows.
+
+    What the token mechanisms act on: the tokens CHAIR marks, against every other response token
+    of a row CHAIR scored. A side with no token in this batch has no key (nothing measured).
+
+    Args:
+        positions: per row, its hallucinated token indices (None: unscored), or None (no CHAIR).
+        entropy, mask: [N, T] per-token entropy and response mask.
+    """
+    if positions is None:
+        return {}
+    hall, scored = hallucinated_token_mask(positions, mask)
+    tokens = mask.detach().to(torch.float64).cpu() * scored.cpu().to(torch.float64).unsqueeze(-1)
+    hall = hall.detach().cpu().to(torch.float64) * tokens
+    ent = entropy.detach().to(torch.float64).cpu()
+    out: dict[str, float] = {}
+    for name, weight in (("hallucinated_tokens", hall), ("clean_tokens", tokens - hall)):
+        count = float(weight.sum())
+        if count > 0:
+            out[f"entropy/{name}"] = float((ent * weight).sum()) / count
+    return out
+
+
 def _mean(values: Tensor | np.ndarray) -> float:
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
@@ -292,7 +322,7 @@ def rl_step(
     )
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     expanded_items = [item for item in items for _ in range(n)]
-    reward = task.reward(texts, expanded_items)
+    reward = task.reward(texts, expanded_items, responses=responses.cpu())
     scores = torch.as_tensor(reward.scores, dtype=torch.float32)
     if not torch.isfinite(scores).all():
         raise ValueError("reward: non-finite scores")
@@ -393,6 +423,7 @@ def rl_step(
         **hallucination_split_metrics(
             reward.chair_i, entropy, mask, clipped_high, clipped_low, settings.ppo_epochs
         ),
+        **token_entropy_split(reward.hallucinated_positions, entropy, mask),
     }
     if isinstance(clip_low, Tensor):
         metrics["clip_low"] = float(

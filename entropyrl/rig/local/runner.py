@@ -341,6 +341,26 @@ class CaptionSession:
             entry.save(self.state(), result, recorded.records)
         return {**result, "cached": False}
 
+    def task_for(self, cfg: DemoConfig) -> Any:
+        """This session's `CaptionTask` with `cfg`'s reward weights (a study variant may train
+        on CIDEr-D alone from the same warm-up); the world, scorers and CHAIR service are
+        shared."""
+        from entropyrl.rewards.caption import CaptionReward
+
+        reward = self.reward
+        weights = (cfg.chair_weight, cfg.recall_weight, cfg.chair_penalty)
+        if weights == (reward.chair_weight, reward.recall_weight, reward.chair_penalty):
+            return self.task
+        task = copy.copy(self.task)
+        task.reward_fn = CaptionReward(
+            self.cider,
+            self.chair,
+            chair_weight=cfg.chair_weight,
+            recall_weight=cfg.recall_weight,
+            chair_penalty=cfg.chair_penalty,
+        )
+        return task
+
     def evaluate(self, model: Any | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
         from entropyrl.rig.local.policy import forbidden_token_ids
 
@@ -394,7 +414,8 @@ class WarmStart:
         when given); returns (its result, the held-out metrics after it)."""
         self._from_checkpoint()
         session = self.session
-        rl = run_rl(session.model, session.task, cfg, variant, seed=self.seed, log=log)
+        task = session.task_for(cfg)
+        rl = run_rl(session.model, task, cfg, variant, seed=self.seed, log=log)
         self.rl_runs.append(rl)
         after, _ = session.evaluate()
         return rl, after

@@ -42,7 +42,9 @@ from entropyrl.rig.local.config import DemoConfig
 from entropyrl.rig.local.report import markdown_table, write_summary
 
 __all__ = [
+    "CREDIT",
     "GRID",
+    "PRESETS",
     "REFERENCE",
     "STUDY_DEFAULTS",
     "StudyVariant",
@@ -59,12 +61,17 @@ CONTROL = "control"
 
 @dataclass(frozen=True)
 class StudyVariant:
-    """One RL run of the grid: an estimator and how each sample's clip_high is set.
+    """One RL run of the grid: an estimator, how each sample's clip_high is set, its reward and
+    the token-level sections it turns on.
 
     `schedule` turns the CHAIR clip schedule on with these overrides of the run's
     `clip_schedule` section; without it every sample gets the fixed bound `fixed`, which names
     an end of that section (`"low"` or `"high"`), so the fixed and scheduled runs share their
     numbers (written once, in `ClipScheduleSpec`, or given with `--clip-schedule-low/high`).
+    `sections` turns on other algorithm sections (`token_penalty`, `token_clip`,
+    `clip_low_schedule`) with these overrides; `chair_weight` replaces the run's weight of the
+    sequence-level CHAIR penalty (0: CIDEr-D alone; CHAIR still scores, so the token
+    mechanisms see which words are hallucinated).
     """
 
     key: str
@@ -72,35 +79,63 @@ class StudyVariant:
     schedule: Mapping[str, Any] | None = None
     fixed: str = "low"
     family: str = field(default="", compare=False)
+    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    chair_weight: float | None = None
 
     def config(self, cfg: DemoConfig) -> tuple[DemoConfig, str]:
         """The run's config and the `rl_settings` variant name (`ADV` or `ADV+clip`)."""
+        extra: dict[str, Any] = {
+            name: dataclasses.replace(getattr(cfg, name), enable=True, **overrides)
+            for name, overrides in self.sections.items()
+        }
+        if self.chair_weight is not None:
+            extra["chair_weight"] = float(self.chair_weight)
         if self.schedule is not None:
             spec = dataclasses.replace(cfg.clip_schedule, enable=True, **self.schedule)
-            return dataclasses.replace(cfg, adv=self.adv, clip_schedule=spec), f"{self.adv}+clip"
+            run = dataclasses.replace(cfg, adv=self.adv, clip_schedule=spec, **extra)
+            return run, f"{self.adv}+clip"
         eps = getattr(cfg.clip_schedule, self.fixed)
         ppo = dataclasses.replace(cfg.ppo, clip_high=eps)
         off = dataclasses.replace(cfg.clip_schedule, enable=False)
-        return dataclasses.replace(cfg, adv=self.adv, ppo=ppo, clip_schedule=off), self.adv
+        run = dataclasses.replace(cfg, adv=self.adv, ppo=ppo, clip_schedule=off, **extra)
+        return run, self.adv
 
     def label(self, cfg: DemoConfig) -> str:
-        """A table label with the bounds this variant actually used."""
+        """A table label with the bounds and the reward this variant actually used."""
         name = {"grpo": "GRPO", "egpo": "EGPO bonus", "egpo_ratio": "EGPO ratio"}.get(
             self.adv, self.adv
         )
         run_cfg, _ = self.config(cfg)
         spec = run_cfg.clip_schedule
         if self.schedule is None:
-            return f"{name}, clip_high {run_cfg.ppo.clip_high:g}"
-        ends = (
-            (spec.low, spec.high)
-            if spec.direction == "hallucinated_high"
-            else (spec.high, spec.low)
-        )
-        text = f"{name} + CHAIR {spec.rule} (clean {ends[0]:g} / halluc. {ends[1]:g}"
-        if spec.rule == "sigmoid":
-            text += f", centre {spec.threshold:g}, width {spec.temperature:g}"
-        return text + ")"
+            text = f"{name}, clip_high {run_cfg.ppo.clip_high:g}"
+        else:
+            ends = (
+                (spec.low, spec.high)
+                if spec.direction == "hallucinated_high"
+                else (spec.high, spec.low)
+            )
+            text = f"{name} + CHAIR {spec.rule} (clean {ends[0]:g} / halluc. {ends[1]:g}"
+            if spec.rule == "sigmoid":
+                text += f", centre {spec.threshold:g}, width {spec.temperature:g}"
+            text += ")"
+        if run_cfg.token_penalty.enable:
+            text += f" + token penalty (beta {run_cfg.token_penalty.beta:g})"
+        if run_cfg.token_clip.enable:
+            tc = run_cfg.token_clip
+            text += f" + token clip (halluc. tokens {tc.low:g} / {tc.high:g})"
+        if run_cfg.clip_low_schedule.enable:
+            cl = run_cfg.clip_low_schedule
+            text += f" + clip_low {cl.rule} (clean {cl.low:g} / halluc. {cl.high:g})"
+        return f"{text}; reward {reward_name(run_cfg)}"
+
+
+def reward_name(cfg: DemoConfig) -> str:
+    """The reward a run trains on, as a table names it."""
+    if cfg.chair_weight == 0:
+        return "CIDEr-D"
+    weight = "" if cfg.chair_weight == 1 else f"{cfg.chair_weight:g} x "
+    return f"CIDEr-D - {weight}CHAIR {cfg.chair_penalty}"
 
 
 # The sigmoid rule is centred at CHAIR_i 0.25 (one wrong object among four mentions) rather
@@ -127,8 +162,41 @@ GRID: tuple[StudyVariant, ...] = (
     StudyVariant("egpo-step", "egpo", {"rule": "step"}, family="egpo"),
     StudyVariant("egpo_ratio-low", "egpo_ratio", fixed="low", family="egpo_ratio"),
     StudyVariant("egpo_ratio-step", "egpo_ratio", {"rule": "step"}, family="egpo_ratio"),
+    StudyVariant("cider-grpo", "grpo", family="credit", chair_weight=0.0),
+    StudyVariant(
+        "token-penalty", "grpo", family="credit", sections={"token_penalty": {}}, chair_weight=0.0
+    ),
+    StudyVariant("token-penalty+seq", "grpo", family="credit", sections={"token_penalty": {}}),
+    StudyVariant(
+        "token-clip", "grpo", family="credit", sections={"token_clip": {}}, chair_weight=0.0
+    ),
+    StudyVariant("token-clip+seq", "grpo", family="credit", sections={"token_clip": {}}),
+    StudyVariant(
+        "clip-low", "grpo", family="credit", sections={"clip_low_schedule": {}}, chair_weight=0.0
+    ),
+    StudyVariant("clip-low+seq", "grpo", family="credit", sections={"clip_low_schedule": {}}),
 )
 REFERENCE = "grpo-low"
+
+# Where hallucination credit is placed, from the same warm-up per seed: the sequence penalty
+# (`REFERENCE`, GRPO on CIDEr-D minus the CHAIR count), the seed's per-sample clip_high rule,
+# plain GRPO on CIDEr-D alone, and each token-level mechanism on CIDEr-D alone and beside the
+# sequence penalty (`--variants credit`).
+CREDIT: tuple[str, ...] = (
+    "grpo-low",
+    "grpo-step",
+    "cider-grpo",
+    "token-penalty",
+    "token-penalty+seq",
+    "token-clip",
+    "token-clip+seq",
+    "clip-low",
+    "clip-low+seq",
+)
+PRESETS: dict[str, tuple[str, ...]] = {
+    "credit": CREDIT,
+    "mechanisms": tuple(v.key for v in GRID if v.family != "credit"),
+}
 
 # Where the clip acts on this world (docs/quickstart.md, the mechanism study): four mini-batches and
 # two epochs per step give each rollout batch eight updates, and lr 2e-4 moves the tiny policy
@@ -148,6 +216,9 @@ TRAINING_KEYS = (
     "entropy",
     "entropy/hallucinated",
     "entropy/clean",
+    "entropy/hallucinated_tokens",
+    "entropy/clean_tokens",
+    "hallucinated_token_frac",
     "clip_frac_high",
     "clip_frac_low",
     "clip_frac_high/hallucinated",
@@ -156,6 +227,7 @@ TRAINING_KEYS = (
     "clip_frac_low/clean",
     "clip_high",
     "chair_i",
+    "cider",
     "reward",
 )
 HELD_OUT_KEYS = ("chair_i", "chair_s", "recall", "cider", "length")
@@ -239,11 +311,28 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(finite), "sd": sd, "n": len(finite)}
 
 
+def paired_interval(stats: Mapping[str, float], level: float = 0.95) -> list[float]:
+    """The `level` t-interval [low, high] of a mean paired difference over n seeds.
+
+    mean ± t_{(1+level)/2, n-1} · sd / sqrt(n): the seeds are the independent units (each
+    its own warm-up and RL runs), and a paired difference removes what a seed shares across
+    variants. NaN ends with fewer than two seeds.
+    """
+    from scipy.stats import t
+
+    n, mean, sd = stats["n"], stats["mean"], stats["sd"]
+    if n < 2 or not math.isfinite(sd):
+        return [math.nan, math.nan]
+    half = float(t.ppf((1 + level) / 2, n - 1)) * sd / math.sqrt(n)
+    return [mean - half, mean + half]
+
+
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Mean and standard deviation over seeds per variant and metric, and paired differences.
 
     Returns `{"variants": {key: {"label", "seeds", metric: {"mean", "sd", "n"}}},
-    "paired": {key: {metric: {"mean", "sd", "n", "same_sign", "beyond_noise", "per_seed"}}}}`.
+    "paired": {key: {metric: {"mean", "sd", "n", "same_sign", "beyond_noise", "ci95",
+    "per_seed"}}}}`; `ci95` is `paired_interval`'s 95 % interval.
     A paired difference is this variant minus `REFERENCE` on the same seed (the same warm-up
     checkpoint); it counts as beyond seed noise when every seed's difference has the same sign
     and its mean is more than twice its standard error (sd / sqrt(n)).
@@ -287,6 +376,7 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             stats["beyond_noise"] = bool(
                 same_sign and stats["n"] > 1 and abs(stats["mean"]) > 2 * se
             )
+            stats["ci95"] = paired_interval(stats)
             stats["per_seed"] = diffs
             entry[metric] = stats
         paired[key] = entry
@@ -306,7 +396,10 @@ def _diff_cell(stats: Mapping[str, Any] | None, scale: float = 1.0, digits: int 
     if not stats:
         return "n/a"
     text = f"{scale * stats['mean']:+.{digits}f}"
-    if math.isfinite(stats.get("sd", math.nan)):
+    low, high = stats.get("ci95", (math.nan, math.nan))
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" [{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+    elif math.isfinite(stats.get("sd", math.nan)):
         text += f" ± {scale * stats['sd']:.{digits}f}"
     return text + (" *" if stats.get("beyond_noise") else "")
 
@@ -322,6 +415,8 @@ DYNAMICS_COLUMNS = (
     ("train/entropy", "entropy", 1.0),
     ("train/entropy/hallucinated", "entropy halluc.", 1.0),
     ("train/entropy/clean", "entropy clean", 1.0),
+    ("train/entropy/hallucinated_tokens", "entropy halluc. tokens", 1.0),
+    ("train/entropy/clean_tokens", "entropy other tokens", 1.0),
     ("train/clip_high", "mean clip_high", 1.0),
     ("train/clip_frac_high/hallucinated", "clip high % halluc.", 100.0),
     ("train/clip_frac_high/clean", "clip high % clean", 100.0),
@@ -377,8 +472,9 @@ def study_tables(aggregated: Mapping[str, Any]) -> str:
             "temperature, and the share of tokens clipped at 1 + clip_high (A > 0) or "
             "1 - clip_low (A < 0), for hallucinating (CHAIR_i > 0) and clean samples.",
             dynamics,
-            f"Paired difference from {reference} (same seed and warm-up checkpoint); "
-            "* = same sign in every seed and |mean| > 2 standard errors.",
+            f"Paired difference from {reference} (same seed and warm-up checkpoint): mean "
+            "[95 % t-interval over seeds]; * = same sign in every seed and |mean| > 2 "
+            "standard errors.",
             paired,
         ]
     )
@@ -402,7 +498,7 @@ def plot_study(records: Sequence[Mapping[str, Any]], path: str | Path, *, title:
 
     rl = [r for r in records if r.get("phase") == "rl"]
     keys = _order(list(dict.fromkeys(r["variant"] for r in rl)))
-    styles = {"grpo": "-", "schedule": "--", "egpo": "-.", "egpo_ratio": ":"}
+    styles = {"grpo": "-", "schedule": "--", "egpo": "-.", "egpo_ratio": ":", "credit": "--"}
     family = {v.key: v.family for v in GRID}
     colors = plt.get_cmap("tab10")
     fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), squeeze=False)
@@ -524,8 +620,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m entropyrl.rig.loc
     add_options(parser, DemoConfig)
     parser.add_argument(
         "--variants",
-        default=",".join(v.key for v in GRID),
-        help="comma-separated grid variants to run (default: all: %(default)s)",
+        default="mechanisms",
+        help="comma-separated grid variants, or a preset: mechanisms (the clip schedule and the "
+        "entropy guidance), credit (where hallucination credit is placed); known variants: "
+        + ", ".join(v.key for v in GRID)
+        + " (default: %(default)s)",
     )
     parser.add_argument(
         "--combine",
@@ -540,7 +639,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m entropyrl.rig.loc
         print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
         return 0
     by_key = {v.key: v for v in GRID}
-    wanted = [k.strip() for k in args.variants.split(",") if k.strip()]
+    wanted = [
+        key
+        for part in args.variants.split(",")
+        if part.strip()
+        for key in PRESETS.get(part.strip(), (part.strip(),))
+    ]
     unknown = [k for k in wanted if k not in by_key]
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(by_key)}")

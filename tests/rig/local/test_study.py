@@ -32,7 +32,7 @@ TINY = dict(
     threads=1,
     progress=False,
 )
-KEYS = ("grpo-low", "grpo-step", "egpo_ratio-step")
+KEYS = ("grpo-low", "grpo-step", "egpo_ratio-step", "cider-grpo")
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,13 @@ def test_study_runs_every_variant_and_the_control_from_one_warm_up(study_runs):
     assert all(r["train/clip_high"] == pytest.approx(0.3) for r in fixed)
     stepped = [r for r in runs if r["variant"] == "grpo-step"]
     assert all(0.3 - 1e-6 <= r["train/clip_high"] <= 0.5 + 1e-6 for r in stepped)
+    # CIDEr-D alone: the reward is the CIDEr-D of each sample, though the session's reward has
+    # the sequence penalty (which the reference, from the same warm-up, pays).
+    for row in (r for r in runs if r["variant"] == "cider-grpo"):
+        assert row["train/reward"] == pytest.approx(row["train/cider"])
+        assert "reward CIDEr-D;" not in row["label"] and row["label"].endswith("reward CIDEr-D")
+    penalised = [r for r in runs if r["variant"] == REFERENCE]
+    assert any(r["train/reward"] < r["train/cider"] - 1e-6 for r in penalised)
 
 
 @pytest.mark.slow
@@ -190,6 +197,54 @@ def test_aggregate_means_spreads_and_paired_differences_by_hand():
     assert cider["per_seed"] == pytest.approx({0: 0.5, 1: -0.5, 2: 0.2})
     assert not cider["same_sign"] and not cider["beyond_noise"]
     assert REFERENCE not in got["paired"]
+
+
+def test_the_paired_interval_is_the_t_interval_over_seeds():
+    from scipy import stats
+
+    from entropyrl.rig.local.study import paired_interval
+
+    diffs = [-0.02, -0.03, -0.02, 0.01]
+    n, mean, sd = len(diffs), sum(diffs) / len(diffs), statistics_sd(diffs)
+    low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=sd / math.sqrt(n))
+    assert paired_interval({"n": n, "mean": mean, "sd": sd}) == pytest.approx([low, high])
+    # one seed: no spread, no interval
+    assert all(math.isnan(v) for v in paired_interval({"n": 1, "mean": 0.1, "sd": math.nan}))
+    got = aggregate(
+        [_row(s, REFERENCE, 0.2, 5.0) for s in range(4)]
+        + [_row(s, "grpo-step", 0.2 + d, 5.0) for s, d in enumerate(diffs)]
+    )
+    assert got["paired"]["grpo-step"]["eval/chair_i"]["ci95"] == pytest.approx([low, high])
+
+
+def statistics_sd(values):
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def test_the_credit_variants_set_their_reward_and_sections():
+    """Each credit variant names its reward, and turns on the section its key says and no
+    other: a token mechanism on CIDEr-D alone or beside the sequence penalty."""
+    from entropyrl.rig.local.config import DemoConfig
+    from entropyrl.rig.local.study import CREDIT, PRESETS
+
+    assert PRESETS["credit"] == CREDIT and set(CREDIT) <= {v.key for v in GRID}
+    assert REFERENCE in CREDIT and "grpo-step" in CREDIT  # the sequence penalty, the seed's rule
+    cfg = DemoConfig(**TINY)
+    sections = {"token-penalty": "token_penalty", "token-clip": "token_clip",
+                "clip-low": "clip_low_schedule"}  # fmt: skip
+    by_key = {v.key: v for v in GRID}
+    for key in CREDIT:
+        run, name = by_key[key].config(cfg)
+        base = key.removesuffix("+seq")
+        on = {s for s in ("token_penalty", "token_clip", "clip_low_schedule")
+              if getattr(run, s).enable}  # fmt: skip
+        assert on == ({sections[base]} if base in sections else set()), key
+        alone = key in ("cider-grpo", "token-penalty", "token-clip", "clip-low")
+        assert run.chair_weight == (0.0 if alone else cfg.chair_weight), key
+        label = by_key[key].label(cfg)
+        assert label.endswith("reward CIDEr-D" if alone else "reward CIDEr-D - CHAIR count"), key
+        assert name == ("grpo+clip" if key == "grpo-step" else "grpo")
 
 
 def test_run_summary_averages_present_keys_only():

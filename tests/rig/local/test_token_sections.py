@@ -167,3 +167,27 @@ def test_each_switch_shows_its_metric_in_the_rows(token_runs):
         # per-sample clip_low: 0.2 clean or unscored, 0.4 hallucinating
         assert 0.2 <= row["clip_low"] <= 0.4
         assert row["clip_high"] == pytest.approx(0.28)
+
+
+def test_token_entropy_split_is_the_mean_over_each_side_by_hand():
+    """Entropy of hallucinated mention tokens against the other tokens of scored rows; an
+    unscored row counts on neither side, padding on none."""
+    import torch
+
+    from entropyrl.rig.local.rl import token_entropy_split
+
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 9.0], [4.0, 5.0, 6.0, 7.0], [8.0, 8.0, 8.0, 8.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    got = token_entropy_split([[1], [0, 3], None], entropy, mask)
+    assert got == pytest.approx(
+        {
+            "entropy/hallucinated_tokens": (2.0 + 4.0 + 7.0) / 3,
+            "entropy/clean_tokens": (1.0 + 3.0 + 5.0 + 6.0) / 4,
+        }
+    )
+    # no hallucinated token: that side has no key; no CHAIR: no keys at all
+    assert token_entropy_split([[], []], entropy[:2], mask[:2]) == pytest.approx(
+        {"entropy/clean_tokens": (1 + 2 + 3 + 4 + 5 + 6 + 7) / 7}
+    )
+    assert token_entropy_split(None, entropy, mask) == {}
+    assert token_entropy_split([None, None, None], entropy, mask) == {}
