@@ -44,8 +44,16 @@ def _validate_items(items: object, where: str, max_batch: int) -> list[Mapping[s
 
 def _json_body() -> object:
     raw = request.get_data(cache=False)
+    if not raw.strip():
+        raise BadRequest('body is empty: send a JSON object {"captions": [...]}')
     try:
-        return json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"body: not UTF-8 (byte {exc.start} is 0x{raw[exc.start]:02x}); send JSON as UTF-8"
+        ) from exc
+    try:
+        return json.loads(text)
     except RecursionError as exc:
         raise BadRequest("body: JSON nested too deeply") from exc
     except ValueError as exc:  # malformed JSON, bad UTF-8, an integer literal of 4300+ digits
@@ -199,6 +207,10 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         body = _json_body()
         if not isinstance(body, dict):
             raise BadRequest('body must be an object {"captions": [...]}')
+        try:
+            contract.check_body_keys(body)
+        except contract.RequestError as error:
+            raise BadRequest(str(error)) from None
         if "captions" not in body:
             raise BadRequest("captions is missing")
         include = body.get("include_captions", True)

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BODY_KEYS",
     "FIELDS",
     "HALLUCINATED_SPANS_KEY",
     "MENTION_SPANS_KEY",
     "ItemProblem",
     "RequestError",
     "TooManyCaptions",
+    "check_body_keys",
     "check_items",
     "image_id",
     "item_problem",
@@ -36,6 +38,9 @@ __all__ = [
 ]
 
 FIELDS = ("image_id", "caption")
+# the keys of a `POST /v1/chair` body; any other is refused (a typo such as `include_caption`
+# would otherwise change nothing, silently)
+BODY_KEYS = ("captions", "include_captions")
 # the sentence entry's character spans of its mentions / of its hallucinated mentions
 MENTION_SPANS_KEY = "mention_spans"
 HALLUCINATED_SPANS_KEY = "hallucinated_spans"
@@ -89,6 +94,17 @@ def item_problem(item: object, where: str) -> ItemProblem | None:
     if not isinstance(item["caption"], str):
         return ItemProblem("caption", f"{where}.caption must be a string")
     return None
+
+
+def check_body_keys(body: Mapping[str, Any]) -> None:
+    """RequestError naming the first key of `body` outside `BODY_KEYS`, with the nearest one."""
+    import difflib
+
+    for key in body:
+        if key not in BODY_KEYS:
+            near = difflib.get_close_matches(str(key), BODY_KEYS, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise RequestError(f"body.{key}: unknown key; {hint}accepted: {', '.join(BODY_KEYS)}")
 
 
 def check_items(items: object, where: str, max_batch: int | None = None) -> list[Mapping[str, Any]]:

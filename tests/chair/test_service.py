@@ -65,6 +65,15 @@ def test_compute_caption_forms(
     ("raw", "field"),
     [
         (b"{not json", "malformed JSON"),
+        (b"", 'body is empty: send a JSON object {"captions": [...]}'),
+        (b" \n", "body is empty"),
+        (b'{"captions": "\xff"}', "body: not UTF-8 (byte 14 is 0xff); send JSON as UTF-8"),
+        (
+            b'{"captions": [], "include_caption": false}',
+            "body.include_caption: unknown key; did you mean include_captions? accepted: "
+            "captions, include_captions",
+        ),
+        (b'{"captions": [], "x": 1}', "body.x: unknown key; accepted: captions, include_captions"),
         (b"[1, 2]", "body must be an object"),
         (b"{}", "captions is missing"),
         (b'{"captions": 5}', "captions must be a list"),
