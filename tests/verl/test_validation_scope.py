@@ -184,7 +184,5 @@ def test_a_token_level_section_is_refused_under_either_trainer(section, mode, tm
         tmp_path / "ckpt",
     )
     assert not [
-        p
-        for p in validation.config_problems(off, use_reference_policy=True)
-        if "not applied" in p
+        p for p in validation.config_problems(off, use_reference_policy=True) if "not applied" in p
     ]
