@@ -203,6 +203,7 @@ def test_it_writes_the_comparison_and_each_models_files(evaluation):
     assert "vs_base" in chair["other"] and "vs_base" not in chair["base"]
     assert results["models"]["base"]["generation"]["backend"] == "transformers"
     assert "CHAIR_i %" in (out / "table.md").read_text()
+    assert "halluc. tokens %" in (out / "table.md").read_text()
     assert "Captions:" in result.stdout
 
 
@@ -221,7 +222,7 @@ def test_the_figures_measure_something(evaluation):
             chair_i = summary["metrics"]["CHAIR_i"]
             assert 0 < chair_i["estimate"] < 1 and chair_i["low"] < chair_i["high"], (key, model)
             assert summary["metrics"]["CHAIR_s"]["estimate"] > 0, (key, model)
-        for metric in ("recall", "CIDEr-D", "BLEU-4"):
+        for metric in ("recall", "CIDEr-D", "BLEU-4", "hallucinated_tokens"):
             assert any(m["metrics"][metric]["estimate"] > 0 for m in models.values()), (key, metric)
         differences = models["other"]["vs_base"].values()
         assert any(d["estimate"] != 0 and d["low"] < d["high"] for d in differences), key
@@ -384,6 +385,26 @@ def pope_figures(labels: Sequence[str], answers: Sequence[str]) -> dict[str, flo
     }
 
 
+def restated_token_share(rows: list[dict], model_path: str) -> dict[int, tuple[float, float]]:
+    """Per image (tokens of its caption inside a hallucinated span, tokens), each token's
+    characters taken from the model folder's tokenizer and tested one by one against the spans
+    the row carries (one per hallucinated mention, each a piece of the caption)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    out = {}
+    for row in rows:
+        spans = row["hallucinated_spans"]
+        assert len(spans) == len(row["hallucinated"]), row
+        inside = {i for start, end in spans for i in range(start, end)}
+        assert all(row["caption"][start:end].strip() for start, end in spans), row
+        found = tokenizer(row["caption"], add_special_tokens=False, return_offsets_mapping=True)
+        tokens = [(a, b) for a, b in found["offset_mapping"] if b > a]
+        marked = sum(1 for a, b in tokens if any(i in inside for i in range(a, b)))
+        out[row["image_id"]] = (float(marked), float(len(tokens)))
+    return out
+
+
 def check_recomputation(out: Path, coco: Path) -> None:
     """Every figure of `out/results.json` equals a recomputation from the written files.
 
@@ -396,11 +417,15 @@ def check_recomputation(out: Path, coco: Path) -> None:
       tokens of COCO's evaluation, restated without Java (`ptb_tokens`); the evaluation
       tokenises with `entropyrl.rewards.text.normalize_caption`, so this also checks that the
       two agree on these captions.
+    - The hallucinated-token share: `restated_token_share` from the rows' spans and the model's
+      own tokenizer.
     - POPE: every answer parsed by POPE's own rule, its metrics by POPE's formulas.
     """
     from chair_server.launch import start_server
-    from entropyrl.evaluation.caption_metrics import CAPTION_METRICS
+    from entropyrl.evaluation.caption_metrics import CAPTION_METRICS, TOKEN_METRICS
     from entropyrl.evaluation.protocol import read_split
+
+    metrics = {**CAPTION_METRICS, **TOKEN_METRICS}
 
     results = json.loads((out / "results.json").read_text())
     bootstrap = {k: results["protocol"]["bootstrap"][k] for k in ("resamples", "seed", "level")}
@@ -424,9 +449,11 @@ def check_recomputation(out: Path, coco: Path) -> None:
                 values[model] = restated_chair(rows, truth)
                 cider, bleu_counts, bleu = restated_quality(rows, references)
                 values[model]["CIDEr-D"], values[model]["BLEU-4"] = cider, bleu_counts
+                path = results["models"][model]["path"]
+                values[model]["hallucinated_tokens"] = restated_token_share(rows, path)
                 assert_close(summary["metrics"]["BLEU-4"], {"estimate": bleu}, (key, model))
                 for metric, per_image in values[model].items():
-                    statistic = CAPTION_METRICS[metric].statistic
+                    statistic = metrics[metric].statistic
                     expected = bootstrapped(per_image, statistic, "interval", **bootstrap)
                     assert_close(summary["metrics"][metric], expected, (key, model, metric))
                 answer = requests.post(
@@ -441,7 +468,7 @@ def check_recomputation(out: Path, coco: Path) -> None:
                     assert_close(summary["metrics"][metric], expected, (key, model, metric))
             for model, summary in entry["models"].items():
                 for metric, differences in summary.get("vs_base", {}).items():
-                    statistic = CAPTION_METRICS[metric].statistic
+                    statistic = metrics[metric].statistic
                     pair = (values[model][metric], values[base][metric])
                     expected = bootstrapped(pair, statistic, "difference", **bootstrap)
                     assert_close(differences, expected, (key, model, metric, "vs_base"))

@@ -23,6 +23,9 @@ CAPTION_COLUMNS = (
     ("CIDEr-D", "CIDEr-D", 100.0, False),
     ("BLEU-4", "BLEU-4", 100.0, False),
 )
+# beside CHAIR_i: the share of caption tokens (the model's own tokenizer) inside hallucinated
+# mentions, what the token-level mechanisms act on
+TOKEN_COLUMNS = (("hallucinated_tokens", "halluc. tokens %", 100.0, True),)
 POPE_COLUMNS = (
     ("accuracy", "accuracy %", 100.0, False),
     ("precision", "precision %", 100.0, False),
@@ -40,16 +43,36 @@ def chair_scorer(plan_ground_truth_coco: str | None, ground_truth_file: str | No
     return ChairScorer.from_ground_truth(ground_truth_file)
 
 
+def token_offsets(model_path: str) -> Any:
+    """caption -> each token's character offsets under the model folder's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if not getattr(tokenizer, "is_fast", False):
+        raise EvalError(f"{model_path}: the tokenizer gives no character offsets (not a fast one)")
+
+    def offsets(caption: str) -> list[tuple[int, int]]:
+        found = tokenizer(caption, add_special_tokens=False, return_offsets_mapping=True)
+        return [tuple(pair) for pair in found["offset_mapping"]]
+
+    return offsets
+
+
 def score_model_captions(
     plan: Plan, model: ModelSource, scorer: Any
 ) -> dict[str, dict[str, dict[int, Any]]]:
-    """Per caption set, the per-image values; rewrites captions.jsonl with CHAIR's findings."""
-    from entropyrl.evaluation.caption_metrics import caption_values
+    """Per caption set, the per-image values; rewrites captions.jsonl with CHAIR's findings.
+
+    With the model's folder at hand, the values include the hallucinated-token share under its
+    own tokenizer (`caption_metrics.TOKEN_METRICS`), and each row its hallucinated spans.
+    """
+    from entropyrl.evaluation.caption_metrics import HALLUCINATED_SPANS_KEY, caption_values
 
     path = plan.out / model.name / "captions.jsonl"
     rows = {caption_key(row): row for row in read_rows(path)}
     values: dict[str, dict[str, dict[int, Any]]] = {}
     ordered: list[dict[str, Any]] = []
+    offsets = token_offsets(model.path) if model.path else None
     for caption_set in plan.caption_sets:
         entries, references = [], []
         for image_id in caption_set.image_ids:
@@ -70,12 +93,13 @@ def score_model_captions(
                     "caption": row["caption"],
                     "mentioned": entry["mentioned"],
                     "hallucinated": entry["hallucinated"],
+                    HALLUCINATED_SPANS_KEY: entry.get(HALLUCINATED_SPANS_KEY),
                     "words": metrics["words"],
                     "ground_truth_objects": metrics["ground_truth"],
                     "recalled": metrics["recalled"],
                 }
             )
-        values[caption_set.key] = caption_values(entries, references)
+        values[caption_set.key] = caption_values(entries, references, token_offsets=offsets)
     rewrite_rows(path, ordered)
     return values
 
@@ -107,7 +131,7 @@ def score_model_pope(plan: Plan, model: ModelSource) -> dict[str, dict[str, dict
 
 
 def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[str, Any]:
-    from entropyrl.evaluation.caption_metrics import CAPTION_METRICS
+    from entropyrl.evaluation.caption_metrics import CAPTION_METRICS, TOKEN_METRICS
     from entropyrl.evaluation.pope import POPE_METRICS, pope_statistic
     from entropyrl.evaluation.report import draw_figure, markdown_table, summarise
 
@@ -118,9 +142,11 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
         f"# Hallucination evaluation\n\nPrompt {plan.prompt!r}, {DECODING_TEXT}. "
         f"{plan.quality_note}. {plan.pope_note}. CHAIR ground truth: {plan.ground_truth}.\n"
     ]
-    statistics = {name: spec.statistic for name, spec in CAPTION_METRICS.items()}
     for caption_set in plan.caption_sets:
         per_model = {m.name: caption_values[m.name][caption_set.key] for m in plan.models}
+        with_tokens = all(TOKEN_METRICS.keys() <= values.keys() for values in per_model.values())
+        metrics = {**CAPTION_METRICS, **(TOKEN_METRICS if with_tokens else {})}
+        statistics = {name: spec.statistic for name, spec in metrics.items()}
         summary = summarise(per_model, statistics, base=base, **bootstrap)
         results[caption_set.key] = {
             "kind": "captions",
@@ -133,7 +159,7 @@ def write_report(plan: Plan, caption_values: dict, pope_values: dict) -> dict[st
             markdown_table(
                 f"Captions: {caption_set.description}, max_new_tokens {caption_set.max_new_tokens}",
                 summary,
-                CAPTION_COLUMNS,
+                CAPTION_COLUMNS + (TOKEN_COLUMNS if with_tokens else ()),
                 base=base,
             )
         )
