@@ -122,9 +122,9 @@ def outage_run(tmp_path_factory, entropyrl_cache):
         outages.server = real_start(**kwargs, restart_delay=0.05)
         return outages.server
 
-    def reward(task, texts, items):
+    def reward(task, texts, items, responses=None):
         outages.before_reward(task)
-        return real_reward(task, texts, items)
+        return real_reward(task, texts, items, responses=responses)
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
