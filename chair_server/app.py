@@ -56,7 +56,7 @@ def _json_body() -> object:
         return json.loads(text)
     except RecursionError as exc:
         raise BadRequest("body: JSON nested too deeply") from exc
-    except ValueError as exc:  # malformed JSON, bad UTF-8, an integer literal of 4300+ digits
+    except ValueError as exc:  # malformed JSON, an integer literal of 4300+ digits
         if "int_max_str_digits" in str(exc) or "integer string conversion" in str(exc):
             # Python's message advises sys.set_int_max_str_digits(): not the client's to act on
             raise BadRequest(

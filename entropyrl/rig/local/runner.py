@@ -271,7 +271,6 @@ class CaptionSession:
     def __init__(self, cfg: DemoConfig, world_dir: str | Path, *, seed: int | None = None) -> None:
         from chair_server.launch import start_server
         from entropyrl.models.loading import load_pretrained, pick_device
-        from entropyrl.rewards.caption import CaptionReward
         from entropyrl.rewards.chair_client import ChairClient
         from entropyrl.rewards.cider import CiderD
         from entropyrl.rig.local.captioning import CaptionTask
@@ -305,13 +304,7 @@ class CaptionSession:
             # the handle, not its URL: a restart on another port is followed
             self.chair = ChairClient(self.server, timeout=30.0, retries=2)
             self.cider = CiderD.from_references(self.world.train_references())
-            self.reward = CaptionReward(
-                self.cider,
-                self.chair,
-                chair_weight=cfg.chair_weight,
-                recall_weight=cfg.recall_weight,
-                chair_penalty=cfg.chair_penalty,
-            )
+            self.reward = self._caption_reward(cfg)
             self.task = CaptionTask(self.world, self.tokenizer, self.processor, self.reward)
         except BaseException:
             self.server.stop()
@@ -345,21 +338,25 @@ class CaptionSession:
         """This session's `CaptionTask` with `cfg`'s reward weights (a study variant may train
         on CIDEr-D alone from the same warm-up); the world, scorers and CHAIR service are
         shared."""
-        from entropyrl.rewards.caption import CaptionReward
-
         reward = self.reward
         weights = (cfg.chair_weight, cfg.recall_weight, cfg.chair_penalty)
         if weights == (reward.chair_weight, reward.recall_weight, reward.chair_penalty):
             return self.task
         task = copy.copy(self.task)
-        task.reward_fn = CaptionReward(
+        task.reward_fn = self._caption_reward(cfg)
+        return task
+
+    def _caption_reward(self, cfg: DemoConfig) -> Any:
+        """CIDEr-D with `cfg`'s CHAIR and recall terms, on this session's scorers."""
+        from entropyrl.rewards.caption import CaptionReward
+
+        return CaptionReward(
             self.cider,
             self.chair,
             chair_weight=cfg.chair_weight,
             recall_weight=cfg.recall_weight,
             chair_penalty=cfg.chair_penalty,
         )
-        return task
 
     def evaluate(self, model: Any | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
         from entropyrl.rig.local.policy import forbidden_token_ids

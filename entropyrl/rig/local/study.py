@@ -183,15 +183,9 @@ REFERENCE = "grpo-low"
 # plain GRPO on CIDEr-D alone, and each token-level mechanism on CIDEr-D alone and beside the
 # sequence penalty (`--variants credit`).
 CREDIT: tuple[str, ...] = (
-    "grpo-low",
+    REFERENCE,
     "grpo-step",
-    "cider-grpo",
-    "token-penalty",
-    "token-penalty+seq",
-    "token-clip",
-    "token-clip+seq",
-    "clip-low",
-    "clip-low+seq",
+    *(v.key for v in GRID if v.family == "credit"),
 )
 PRESETS: dict[str, tuple[str, ...]] = {
     "credit": CREDIT,

@@ -243,8 +243,9 @@ def schedule_bound_problem(
 def uses_entropyrl(config: Any) -> bool:
     """Whether the run uses a part of the plugin verl would not have without it: the
     entropy-aware trainer, one of our advantage estimators, our policy loss, or one of our
-    sections switched on (the clip schedule, `UNWIRED_SECTIONS`). The plugin loads into every verl process of the environment; a run
-    that uses none of these is validated exactly as verl alone validates it."""
+    sections switched on (the clip schedule, `UNWIRED_SECTIONS`). The plugin loads into every
+    verl process of the environment; a run that uses none of these is validated exactly as verl
+    alone validates it."""
     from omegaconf import OmegaConf
 
     from entropyrl.core.estimator_names import VERL_ESTIMATORS
