@@ -42,6 +42,7 @@ batch, and whether any ratio sits within rounding of a clip bound, is the same i
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import subprocess
@@ -287,14 +288,17 @@ def test_bounds_follow_their_samples_through_balance_batch(two_ranks):
         assert len(set(lengths)) > 1  # mixed lengths
         data = steps[step]
         # balance_batch never leaves the ranks less balanced than the contiguous split verl
-        # would otherwise dispatch (verl's own global_seqlen metrics), and regroups step 1's
-        # batch: its responses come from the initial weights under full determinism, so it is
-        # the same batch in every run. Later steps sample from updated weights, whose float
-        # rounding differs between runs, and may come balanced already.
+        # would otherwise dispatch (verl's own global_seqlen metrics). Whether it is strictly
+        # better depends on the sampled lengths, which another CPU's float rounding changes
+        # (a fresh CI machine drew a batch whose contiguous split was already optimal), so what
+        # is asserted of every step is that it moved the rows: the rollout hands each prompt's
+        # responses over side by side, and balance_batch's order (verl sorts each rank's share
+        # by workload) scatters them.
         balanced = data["global_seqlen/balanced_max"] - data["global_seqlen/balanced_min"]
         assert data["global_seqlen/minmax_diff"] >= balanced
-        if step == 1:
-            assert data["global_seqlen/minmax_diff"] > balanced
+        groups = [r["group"] for r in rows]
+        adjacent_runs = 1 + sum(a != b for a, b in itertools.pairwise(groups))
+        assert adjacent_runs > len(set(groups)), (step, "balance_batch kept the rollout's order")
         half = len(rows) // 2
         for rank, chunk in enumerate((rows[:half], rows[half:])):
             # rank r trains on the r-th half of the balanced order: its sequence-length sum is
