@@ -177,12 +177,16 @@ def _field(data: Any, name: str) -> Any:
 _loss_calls = 0
 
 
-def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any]]:
+def worker_rows(
+    data: Any, clip_high: torch.Tensor | None, log_probs: torch.Tensor | None = None
+) -> list[dict[str, Any]]:
     """Rows for one call of the actor loss on a verl micro-batch TensorDict.
 
     Each row also says where the sample sat (rank, this process's loss-call number, row in the
     micro-batch) and the global normalisers verl handed the loss (dp size, mini-batch tokens and
-    rows), so a test can rebuild how the ranks split every mini-batch.
+    rows), so a test can rebuild how the ranks split every mini-batch. `log_probs` [B, T] are
+    the policy's log-probs the loss compares with the old ones, so the clip decisions (and the
+    logged clip fractions) can be recomputed from the rows.
     """
     global _loss_calls
     _loss_calls += 1
@@ -205,14 +209,17 @@ def worker_rows(data: Any, clip_high: torch.Tensor | None) -> list[dict[str, Any
         prompt_ids=row_values(_field(data, "index"), size),
         rank=rank,
         call=_loss_calls,
+        process=os.getpid(),
         threads=torch.get_num_threads(),
         step=int(step) if isinstance(step, int | float) else None,
         **shared,
         fields=sorted(str(key) for key in data.keys()),  # noqa: SIM118 (TensorDict iterates rows)
     )
     old_log_probs = token_values(padded(_field(data, "old_log_probs")), mask)
-    for row, values in zip(rows, old_log_probs):
+    current = token_values(None if log_probs is None else padded(log_probs), mask)
+    for row, values, now in zip(rows, old_log_probs, current):
         row["old_log_probs"] = values
+        row["log_probs"] = now
     return rows
 
 

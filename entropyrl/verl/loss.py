@@ -221,7 +221,7 @@ class PerSampleClipPPOLoss:
             )
         trace = recorder()
         if trace is not None:
-            self._trace(trace, data, clip_high)
+            self._trace(trace, data, clip_high, model_output)
         step = Step(
             clip_high=clip_high,
             clip_low=clip_low,
@@ -232,8 +232,13 @@ class PerSampleClipPPOLoss:
         # Clip fractions as shares of the whole mini-batch, not means of the ranks' means.
         return loss, global_batch_metrics(metrics, data)
 
-    def _trace(self, trace: Any, data: Any, clip_high: torch.Tensor | None) -> None:
+    def _trace(
+        self, trace: Any, data: Any, clip_high: torch.Tensor | None, model_output: Any
+    ) -> None:
         """Record what this micro-batch's loss sees per sample (see `entropyrl.rig.trace`)."""
-        rows = trace.worker_rows(data, clip_high)
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        log_probs = no_padding_2_padding(model_output["log_probs"], data)
+        rows = trace.worker_rows(data, clip_high, log_probs)
         rank = rows[0]["rank"] if rows else 0
         trace.write(f"worker-{rank}-{os.getpid()}", rows)

@@ -23,6 +23,9 @@ problem, unless:
 - with the per-sample clip loss, every sample reached the actor's loss with its own bound, advantages and old log-probs: each
   micro-batch row the loss traced, whatever mini-batch, rank and balance_batch position it got,
   carries the values the driver computed for that sample, and every sample of a step reached it;
+- every step's logged metrics of the families a dashboard reads (`critic/*`, `reward/*`,
+  `chair/*`, `clip/bound_*`, `egpo/entropy/*`, the loss's clip fractions) equal their
+  recomputation from the step's samples (`entropyrl.rig.smoke.step_metrics`);
 - with the `hf` rollout, every generation used the weights the actor sent last: the weight-sync
   probe (`entropyrl.rig.trace`) compares the fingerprint of each tensor the rollout generated
   with against the one the actor sent, so a rollout that kept older weights fails even when its
@@ -48,6 +51,7 @@ from typing import Any
 
 from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS
 from entropyrl.data.io import read_records
+from entropyrl.rig.smoke.step_metrics import check_step_metrics
 
 # Rollout (hf generate) vs actor log-probs on the same tokens, bfloat16 actor: a mean absolute
 # probability difference far below what a leak across packed sequences gives (tenths).
@@ -91,6 +95,11 @@ STEP_LINE = (
     ("egpo/entropy/seq_mean", "entropy"),
     ("timing_s/step", "s"),
 )
+
+
+def training_metrics(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each training step's metrics (its row's data) by step."""
+    return {row["step"]: row["data"] for row in rows if is_training_row(row)}
 
 
 def step_line(row: dict[str, Any]) -> str:
@@ -749,6 +758,21 @@ def check_sample_counts(
     return problems
 
 
+# The estimators that log `egpo/entropy/seq_mean`, the mean of the sequence entropies they read.
+SEQUENCE_ENTROPY_ESTIMATORS = ("egpo", "egpo_ratio")
+
+
+def entropy_of(config: Any):
+    """`row -> H_i` as the config's estimator reads it, or None when it logs no `egpo/entropy/*`."""
+    from entropyrl.core.specs import algorithm_specs
+
+    get = _getter(config)
+    if get("algorithm.adv_estimator") not in SEQUENCE_ENTROPY_ESTIMATORS:
+        return None
+    tag, mode = _end_tag(config), algorithm_specs(get("algorithm")).entropy.mode
+    return lambda row: sequence_entropy(row, tag, mode)
+
+
 def check_run(settings: Any, out: Path) -> int:
     """Check the run in `out`; print the steps and the verdict. 0 when it is good."""
     from omegaconf import OmegaConf
@@ -780,6 +804,13 @@ def check_run(settings: Any, out: Path) -> int:
     if ours:
         folder = out / "trace"
         problems += check_sample_counts(rows, read_trace(folder, "driver"), config)
+        problems += check_step_metrics(
+            training_metrics(rows),
+            read_trace(folder, "driver"),
+            config,
+            worker_rows=read_trace(folder, "worker") if our_loss else None,
+            sequence_entropy=entropy_of(config),
+        )
         problems += check_trace(
             read_trace(folder, "driver"),
             config,
