@@ -359,20 +359,26 @@ FALLBACK_ARGS = (
     "algorithm.lost_samples.max_fraction=0.1",
 )
 
+
 # name -> (script, arguments after --smoke --out DIR, extra environment). Each run is evidence for
 # more than one thing where that costs nothing: the LoRA caption run takes another estimator than
 # its recipe's plain one, the mixed recipe's run puts LoRA on the text model (Qwen3). A run costs
 # some 150 CPU-seconds, mostly the start of verl's processes: the list stays short. The GRPO
 # function-calling recipe is the EGPO one with another estimator (tests/verl/test_configs.py);
 # the two-rank runs are tests/rig/smoke/test_ranks.py's pair.
+# Two are the commands of recorded runs (entropyrl/rig/smoke/record.py), taken from there so
+# that tests/rig/smoke/test_recorded_runs.py compares like with like.
+def _recorded(name: str) -> tuple[str, tuple[str, ...], dict[str, str] | None]:
+    from entropyrl.rig.smoke.record import RECORDED
+
+    run = RECORDED[name]
+    return run.script, run.args, dict(run.env) or None
+
+
 SMOKE_RUNS: dict[str, tuple[str, tuple[str, ...], dict[str, str] | None]] = {
-    "fc": ("egpo_function_calling.sh", (), None),
+    "fc": _recorded("egpo"),
     "mixed": ("egpo_ratio_mixed.sh", (), LORA_ENV),
-    "lora_caption_entropy_adv": (
-        "chair_mscoco.sh",
-        ("algorithm.adv_estimator=entropy_adv",),
-        {**LORA_ENV, "SMOKE_MODEL": "qwen3_vl"},
-    ),
+    "lora_caption_entropy_adv": _recorded("lora"),
     "fallbacks": ("chair_mscoco.sh", FALLBACK_ARGS, None),  # its environment: `smoke_runs`
 }
 

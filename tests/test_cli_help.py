@@ -79,6 +79,7 @@ NOT_VERBS = {
     "entropyrl.commands.eval.generation": "the child process of a caption evaluation",
     "entropyrl.rewards.sandbox_child": "the child process of the code sandbox",
     "entropyrl.commands.plan_table": "prints docs/scaling.md's planning table (its generator)",
+    "entropyrl.rig.smoke.record": "records the runs the smoke check's tests read (docs/testing.md)",
 }
 
 

@@ -1,84 +1,39 @@
-"""The smoke check fed recorded bad runs: each real run of the session (tests/conftest.py),
-read back and changed the way a fault would change it, must fail with a line naming what is
-wrong, and pass unchanged.
+"""The smoke check fed recorded bad runs: real runs recorded under tests/rig/smoke/recorded
+(`python -m entropyrl.rig.smoke.record`, entropyrl/rig/smoke/record.py says which runs), read
+back and changed the way a fault would change them, must fail with a line naming what is wrong,
+and pass unchanged. No test here starts Ray: the runs are files.
 
 Faults, each as its run would record it: an estimator that fell back to GRPO (on every step,
 on the first step only, and where some samples lacked entropy), a constant bound, a bound from
 the wrong direction or the wrong rule, a rollout that kept its initial weights (full
-fine-tuning and LoRA adapters), a reward that lost its CIDEr-D part or gained a CHAIR penalty
-the config does not ask for, a loss that read another sample's bound or advantages or never got
-a sample, a sample lost without being counted, a validation row taken for a training step, a
-step missing from the
-trace; and runs the check cannot judge: groups whose rewards were all equal, CHAIR_i that never
-crossed the threshold. The same faults planted in the code of a real run (through a
-`sitecustomize` on PYTHONPATH, so every process of the run has them) are listed with what the
-check said in docs/smoke.md.
+fine-tuning and LoRA adapters) or loaded only part of a sync, a reward that lost its CIDEr-D part
+or gained a CHAIR penalty the config does not ask for, a loss that read another sample's bound,
+advantages or old log-probs or never got a sample (on one rank and on two), a sample lost without
+being counted, a validation row taken for a training step, a step missing from the trace, logged
+step metrics that do not summarise the step's samples; and runs the check cannot judge: groups
+whose rewards were all equal, CHAIR_i that never crossed the threshold. The same faults planted
+in the code of a real run (through a `sitecustomize` on PYTHONPATH, so every process of the run
+has them) are listed with what the check said in docs/smoke.md.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
 
-from entropyrl.rig import trace
 from entropyrl.rig.smoke.check import (
-    LOSS_MODES,
     check_metrics,
     check_sample_counts,
-    check_trace,
     clip_rule,
     grpo_reference,
-    read_metrics,
 )
+from entropyrl.rig.smoke.record import Recording, read_recording
 
-pytestmark = pytest.mark.slow
-
-
-@dataclass
-class Recorded:
-    """What a finished run wrote, as the check reads it."""
-
-    metrics: list[dict[str, Any]]
-    config: Any
-    driver: list[dict[str, Any]]
-    syncs: list[dict[str, Any]]
-    rollouts: list[dict[str, Any]]
-    workers: list[dict[str, Any]]
-
-    def copy(self) -> Recorded:
-        return copy.deepcopy(self)
-
-    def trace_problems(self, **kwargs: Any) -> list[str]:
-        ours = self.config.actor_rollout_ref.actor.policy_loss.loss_mode in LOSS_MODES
-        return check_trace(
-            self.driver,
-            self.config,
-            sync_rows=self.syncs,
-            rollout_rows=self.rollouts,
-            worker_rows=self.workers if ours else None,
-            **kwargs,
-        )
-
-    def real(self) -> list[dict[str, Any]]:
-        return [row for row in self.driver if not row["padding"]]
-
-
-def recorded(out: Path) -> Recorded:
-    folder = out / "trace"
-    return Recorded(
-        metrics=read_metrics(out / "metrics.jsonl"),
-        config=OmegaConf.load(out / "config.yaml"),
-        driver=trace.read(folder, "driver"),
-        syncs=trace.read(folder, "sync"),
-        rollouts=trace.read(folder, "rollout"),
-        workers=trace.read(folder, "worker"),
-    )
+RECORDINGS = Path(__file__).parent / "recorded"
 
 
 def one(problems: list[str], needle: str) -> str:
@@ -104,21 +59,17 @@ def set_grpo_advantages(rows: list[dict[str, Any]], config: Any, steps=None) -> 
 
 # -- the caption recipe (grpo, the CHAIR clip schedule) -----------------------------------------
 
-CAPTION = pytest.mark.xdist_group("caption")
-
 
 @pytest.fixture(scope="module")
-def caption(caption_run) -> Recorded:
-    return recorded(caption_run.out)
+def caption() -> Recording:
+    return read_recording(RECORDINGS / "caption")
 
 
-@CAPTION
 def test_the_recorded_caption_run_passes(caption):
     assert check_metrics(caption.metrics, caption.config) == []
     assert caption.trace_problems() == []
 
 
-@CAPTION
 def test_a_constant_bound(caption):
     bad = caption.copy()
     for row in bad.driver + bad.workers:  # the constant bound, all the way to the loss
@@ -128,7 +79,6 @@ def test_a_constant_bound(caption):
     assert not [p for p in problems if "reached the loss" in p]  # it reached the loss as computed
 
 
-@CAPTION
 def test_a_bound_in_the_wrong_direction(caption):
     bad = caption.copy()
     reversed_spec = dict(OmegaConf.to_container(bad.config.algorithm.clip_schedule))
@@ -138,14 +88,12 @@ def test_a_bound_in_the_wrong_direction(caption):
     one(bad.trace_problems(), "the step rule (hallucinated_high) gives")
 
 
-@CAPTION
 def test_a_bound_from_another_rule(caption):
     bad = caption.copy()
     bad.config.algorithm.clip_schedule.rule = "sigmoid"  # the run's bounds came from `step`
     one(bad.trace_problems(), "the sigmoid rule (hallucinated_high) gives")
 
 
-@CAPTION
 def test_chair_that_never_crosses_the_threshold_cannot_be_judged(caption):
     """A run whose captions were all clean: a constant low bound is then what the rule gives,
     so the check cannot tell it from a constant bound and says so."""
@@ -157,7 +105,6 @@ def test_chair_that_never_crosses_the_threshold_cannot_be_judged(caption):
     one(bad.trace_problems(), "could not judge the clip schedule")
 
 
-@CAPTION
 def test_without_any_chair_score_only_the_documented_fallback_passes(caption):
     bad = caption.copy()
     for row in bad.driver:
@@ -168,7 +115,6 @@ def test_without_any_chair_score_only_the_documented_fallback_passes(caption):
     assert not [p for p in bad.trace_problems(chair_optional=True) if "clip" in p]
 
 
-@CAPTION
 def test_a_reward_without_its_cider_part(caption):
     bad = caption.copy()
     for row in bad.real():
@@ -179,7 +125,6 @@ def test_a_reward_without_its_cider_part(caption):
     one(bad.trace_problems(), "the caption reward reported no cider")
 
 
-@CAPTION
 def test_a_reward_with_a_penalty_the_config_does_not_ask_for(caption):
     bad = caption.copy()
     for row in bad.real():
@@ -187,7 +132,6 @@ def test_a_reward_with_a_penalty_the_config_does_not_ask_for(caption):
     one(bad.trace_problems(), "chair_weight 0.0): a part of the reward is missing or extra")
 
 
-@CAPTION
 def test_wrong_advantages_on_the_first_step_only(caption):
     bad = caption.copy()
     for row in bad.real():
@@ -198,7 +142,6 @@ def test_wrong_advantages_on_the_first_step_only(caption):
     assert not [p for p in problems if p.startswith(("step 2", "step 3"))]
 
 
-@CAPTION
 def test_groups_with_equal_rewards_cannot_be_judged(caption):
     bad = caption.copy()
     for row in bad.driver:
@@ -208,7 +151,6 @@ def test_groups_with_equal_rewards_cannot_be_judged(caption):
     one(bad.trace_problems(), "could not judge the advantages")
 
 
-@CAPTION
 def test_a_rollout_that_kept_its_initial_weights(caption):
     """Every generation names the weights it started with, while the actor sent new ones."""
     bad = caption.copy()
@@ -224,14 +166,12 @@ def test_a_rollout_that_kept_its_initial_weights(caption):
     assert "kept older weights or ignored the sync" in line
 
 
-@CAPTION
 def test_a_run_without_probe_rows_cannot_be_judged(caption):
     bad = caption.copy()
     bad.rollouts = []
     one(bad.trace_problems(), "could not judge the weight sync")
 
 
-@CAPTION
 def test_a_loss_that_read_another_samples_bound(caption):
     """Two micro-batch rows with different bounds swap them: each sample reached the loss, each
     with a bound the schedule can give, but not its own. (The run holds both bounds: the check
@@ -246,7 +186,6 @@ def test_a_loss_that_read_another_samples_bound(caption):
     )
 
 
-@CAPTION
 def test_a_loss_that_read_another_samples_advantages(caption):
     bad = caption.copy()
     step = next(  # a step whose samples' advantages differ (the check fails a run with none)
@@ -261,7 +200,33 @@ def test_a_loss_that_read_another_samples_advantages(caption):
     one(bad.trace_problems(), "reached the loss with another advantages")
 
 
-@CAPTION
+def test_a_loss_that_read_another_samples_old_log_probs(caption):
+    """The old log-probs of the step's rows shifted by one: each row keeps its own bound and
+    advantages, so the old log-probs are what the check must name."""
+    bad = caption.copy()
+    rows = [row for row in bad.workers if row["step"] == 1]
+    moved = [row["old_log_probs"] for row in rows]
+    for row, values in zip(rows, moved[1:] + moved[:1]):
+        row["old_log_probs"] = values
+    line = one(bad.trace_problems(), "reached the loss with another old_log_probs")
+    assert line.startswith("step 1, rank 0:")
+
+
+def test_a_sync_the_rollout_loaded_in_part(caption):
+    """After the first update the rollout generates with the sent weights minus three tensors it
+    never loaded (a partial sync): those are absent from what it generated with."""
+    bad = caption.copy()
+    first = bad.rollouts[0]["state"]
+    later = {row["state"] for row in bad.rollouts if row["state"] != first}
+    assert later  # the actor's weights changed and the rollout generated after that
+    for row in bad.rollouts:
+        if row["state"] in later and "tensors" in row:
+            for name in sorted(row["tensors"])[:3]:
+                del row["tensors"][name]
+    line = one(bad.trace_problems(), "with weights other than the actor's last sync")
+    assert "tensors differ (3 absent)" in line
+
+
 def test_a_sample_that_never_reached_the_loss(caption):
     bad = caption.copy()
     lost = bad.workers[0]["step"], bad.workers[0]["key"]
@@ -271,7 +236,6 @@ def test_a_sample_that_never_reached_the_loss(caption):
     one(bad.trace_problems(), "could not judge what reached the loss")
 
 
-@CAPTION
 def test_a_sample_lost_in_silence(caption):
     """A session verl dropped (its reward raised) while the step's count says nothing was lost;
     and the other way round, a count of losses where every sample arrived; and no count."""
@@ -296,7 +260,6 @@ def test_a_sample_lost_in_silence(caption):
     one(check_sample_counts(bad.metrics, bad.driver, bad.config), "step 2: no count of its samples")
 
 
-@CAPTION
 def test_a_validation_row_taken_for_a_training_step(caption):
     bad = caption.copy()
     step = bad.metrics[2]
@@ -306,14 +269,12 @@ def test_a_validation_row_taken_for_a_training_step(caption):
     one(problems, "expected one training row per step 1..3, got steps [1, 3]")
 
 
-@CAPTION
 def test_a_step_missing_from_the_trace(caption):
     bad = caption.copy()
     bad.driver = [row for row in bad.driver if row["step"] != 2]
     one(bad.trace_problems(), "the trace holds training steps [1, 3], expected 1..3")
 
 
-@CAPTION
 def test_a_missing_reward_part_in_the_metrics(caption):
     bad = caption.copy()
     for row in bad.metrics:
@@ -323,21 +284,17 @@ def test_a_missing_reward_part_in_the_metrics(caption):
 
 # -- the EGPO function-calling recipe -------------------------------------------------------------
 
-FC = pytest.mark.xdist_group("fc")
-
 
 @pytest.fixture(scope="module")
-def fc(smoke_runs) -> Recorded:
-    return recorded(smoke_runs("fc").out)
+def fc() -> Recording:
+    return read_recording(RECORDINGS / "egpo")
 
 
-@FC
 def test_the_recorded_egpo_run_passes(fc):
     assert check_metrics(fc.metrics, fc.config) == []
     assert fc.trace_problems() == []
 
 
-@FC
 def test_an_estimator_that_fell_back_to_grpo(fc):
     bad = fc.copy()
     set_grpo_advantages(bad.real(), bad.config)
@@ -345,7 +302,6 @@ def test_an_estimator_that_fell_back_to_grpo(fc):
     assert line.endswith("they are plain GRPO's, the estimator's own term was not applied")
 
 
-@FC
 def test_an_estimator_that_fell_back_on_the_first_step_only(fc):
     bad = fc.copy()
     set_grpo_advantages(bad.real(), bad.config, steps={1})
@@ -354,7 +310,6 @@ def test_an_estimator_that_fell_back_on_the_first_step_only(fc):
     assert not [p for p in problems if p.startswith("step 2")]
 
 
-@FC
 def test_a_fall_back_where_some_samples_lacked_entropy(fc):
     """Two samples without entropy: they keep GRPO's advantage, the others must not; the
     samples without entropy are named whatever the advantages say."""
@@ -367,7 +322,6 @@ def test_a_fall_back_where_some_samples_lacked_entropy(fc):
     one(bad.trace_problems(), "plain GRPO's")
 
 
-@FC
 def test_a_fall_back_where_no_sample_had_entropy(fc):
     bad = fc.copy()
     for row in bad.real():
@@ -384,20 +338,16 @@ def test_a_fall_back_where_no_sample_had_entropy(fc):
 
 # -- LoRA adapters and token-level shaping -------------------------------------------------------
 
-LORA = pytest.mark.xdist_group("lora_caption_entropy_adv")
-
 
 @pytest.fixture(scope="module")
-def lora(smoke_runs) -> Recorded:
-    return recorded(smoke_runs("lora_caption_entropy_adv").out)
+def lora() -> Recording:
+    return read_recording(RECORDINGS / "lora")
 
 
-@LORA
 def test_the_recorded_lora_entropy_adv_run_passes(lora):
     assert lora.trace_problems() == []
 
 
-@LORA
 def test_a_rollout_that_kept_its_initial_adapters(lora):
     """The adapters of the first sync (LoRA's B at zero) stay in the rollout."""
     bad = lora.copy()
@@ -411,7 +361,6 @@ def test_a_rollout_that_kept_its_initial_adapters(lora):
     assert "lora_" in line
 
 
-@LORA
 def test_token_shaping_that_fell_back_to_grpo(lora):
     bad = lora.copy()
     set_grpo_advantages(bad.real(), bad.config)
