@@ -18,8 +18,9 @@ summarises, with its definition written out, and compared with what verl's file 
   of a rank, a killed run's and its resumption's, is left out of this one).
 
 A step with verl's synthetic padding rows (a batch topped up to divide over the ranks) is left out
-of the `critic/*` and `response_length/*` comparison: verl counts those rows there and the trace
-keeps only what they copy.
+of the `critic/*`, `response_length/*` and `egpo/entropy/*` comparison: verl and the estimator
+count those rows there (a lost sample's place is such a row) and the trace keeps only what they
+copy.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def driver_metrics(
             out["chair/hallucinated_frac"] = _mean(
                 [1.0 if chair >= spec.threshold else 0.0 for chair in scored]
             )
-    if sequence_entropy is not None:
+    if sequence_entropy is not None and not padded:  # the estimator counts every row
         entropies = [sequence_entropy(row) for row in rows]
         available = [h for h in entropies if h is not None]
         out["egpo/entropy/missing"] = float(len(rows) - len(available))
