@@ -803,18 +803,20 @@ def check_run(settings: Any, out: Path) -> int:
     )
     if ours:
         folder = out / "trace"
-        problems += check_sample_counts(rows, read_trace(folder, "driver"), config)
+        driver = read_trace(folder, "driver")
+        workers = read_trace(folder, "worker") if our_loss else None
+        problems += check_sample_counts(rows, driver, config)
         problems += check_step_metrics(
             training_metrics(rows),
-            read_trace(folder, "driver"),
+            driver,
             config,
-            worker_rows=read_trace(folder, "worker") if our_loss else None,
+            worker_rows=workers,
             sequence_entropy=entropy_of(config),
         )
         problems += check_trace(
-            read_trace(folder, "driver"),
+            driver,
             config,
-            worker_rows=read_trace(folder, "worker") if our_loss else None,
+            worker_rows=workers,
             sync_rows=read_trace(folder, "sync") if hf_rollout else None,
             rollout_rows=read_trace(folder, "rollout") if hf_rollout else None,
             chair_optional=chair_optional,

@@ -33,6 +33,14 @@ from typing import Any
 RELATIVE = 1e-4
 # A ratio within float32 rounding of a bound can fall either way: one token per mini-batch.
 CLIP_DECISIONS_AT_ROUNDING = 1
+# The loss's clip fractions, each a share of a mini-batch's response tokens.
+CLIP_FRACTIONS = (
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/clip/frac_high",
+    "actor/clip/frac_low",
+    "actor/clip/frac_dual",
+)
 
 
 def _getter(config: Any):
@@ -179,11 +187,9 @@ def loss_metrics(rows: list[dict[str, Any]], config: Any) -> tuple[dict[str, flo
         for row in batch:
             h, lo, d = clip_counts(row, clip_low, clip_c)
             high, low, dual = high + h, low + lo, dual + d
-        fractions["actor/clip/frac_high"].append(high / tokens)
-        fractions["actor/clip/frac_low"].append(low / tokens)
-        fractions["actor/clip/frac_dual"].append(dual / tokens)
-        fractions["actor/pg_clipfrac"].append((high + low) / tokens)
-        fractions["actor/pg_clipfrac_lower"].append(dual / tokens)
+        counts = dict(zip(CLIP_FRACTIONS, (high + low, dual, high, low, dual)))
+        for name, count in counts.items():
+            fractions[name].append(count / tokens)
         slack = max(slack, CLIP_DECISIONS_AT_ROUNDING / tokens)
     return {name: sum(values) / len(values) for name, values in fractions.items()}, slack
 
@@ -220,7 +226,7 @@ def check_step_metrics(
             want = driver_metrics(
                 rows, config, padded=padding[(step, run)], sequence_entropy=sequence_entropy
             )
-            wrong = _differences(want, data, lambda _name: 0.0)
+            wrong = _differences(want, data, slack=0.0)
             candidates.append((wrong, len(want)))
         wrong, compared = min(candidates, key=lambda item: len(item[0]))
         judged += compared
@@ -238,7 +244,7 @@ def check_step_metrics(
                 )
                 continue
             want, slack = loss_metrics(rows, config)
-            wrong = _differences(want, data, lambda _name, slack=slack: slack)
+            wrong = _differences(want, data, slack=slack)
             judged += len(want)
             problems += [f"step {step}: {line}" for line in wrong[:3]]
     if trace_rows and not judged:
@@ -246,14 +252,16 @@ def check_step_metrics(
     return problems
 
 
-def _differences(want: dict[str, float], data: dict[str, Any], slack) -> list[str]:
+def _differences(want: dict[str, float], data: dict[str, Any], *, slack: float) -> list[str]:
+    """A line per recomputed metric the logged one misses by more than `slack` (absolute) plus
+    the relative rounding."""
     lines = []
     for name, value in want.items():
         got = data.get(name)
         if not isinstance(got, int | float) or not math.isfinite(got):
             lines.append(f"{name} is {got!r}, its rows give {value:.6g}")
             continue
-        if abs(got - value) > slack(name) + RELATIVE * max(1.0, abs(value)):
+        if abs(got - value) > slack + RELATIVE * max(1.0, abs(value)):
             lines.append(
                 f"{name} is {got:.6g}, its rows give {value:.6g}: the logged metric does not "
                 "summarise the step's samples"

@@ -58,6 +58,7 @@ from entropyrl.rig import trace
 from entropyrl.rig.cpu.hf_rollout import RECORD_ENV, REPLAY_ENV
 from entropyrl.rig.smoke import settings as smoke_settings
 from entropyrl.rig.smoke.check import read_metrics
+from entropyrl.rig.smoke.step_metrics import CLIP_FRACTIONS
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,13 +85,6 @@ UPDATE = {"rel": 1e-3, "abs": 1e-7}
 AFTER_UPDATE = {"rel": 1e-4, "abs": 1e-5}
 BATCH_MEAN = {"rel": 1e-6, "abs": 1e-7}
 COUNTS = {"rel": 0.0, "abs": 1e-9}
-CLIP_FRACTIONS = (
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_lower",
-    "actor/clip/frac_high",
-    "actor/clip/frac_low",
-    "actor/clip/frac_dual",
-)
 
 
 # -- the runs ---------------------------------------------------------------------------------

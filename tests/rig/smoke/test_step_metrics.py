@@ -17,7 +17,7 @@ import pytest
 
 from entropyrl.rig.smoke.check import is_training_row
 from entropyrl.rig.smoke.record import Recording, read_recording
-from entropyrl.rig.smoke.step_metrics import driver_metrics
+from entropyrl.rig.smoke.step_metrics import CLIP_FRACTIONS, driver_metrics
 
 RECORDINGS = Path(__file__).parent / "recorded"
 DRIVER_FAMILIES = (
@@ -29,13 +29,6 @@ DRIVER_FAMILIES = (
     "chair/chair_i_mean",
     "chair/hallucinated_frac",
     "clip/bound_mean",
-)
-CLIP_FRACTIONS = (
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_lower",
-    "actor/clip/frac_high",
-    "actor/clip/frac_low",
-    "actor/clip/frac_dual",
 )
 
 
