@@ -1,0 +1,195 @@
+"""The mutation score of the formulas and contracts users rely on, written to docs/testing.md.
+
+    python tools/mutation.py run [--max-children N]   # mutmut run, then the report (CPU-hours)
+    python tools/mutation.py report                   # the report from the last run's results
+
+mutmut 3 (`pip install -e '.[mutation]'`) plants one small fault at a time (an operator, a
+constant, an argument dropped) into the modules `[tool.mutmut]` of pyproject.toml lists, and
+runs the tests that reach the changed function; a mutant no test fails on *survived*. Each run
+resumes where the last stopped (results live under mutants/, which git ignores).
+
+The report counts, per module, the mutants killed (a test failed or timed out), survived and
+reached by no test, and lists every survivor with its changed line and its class:
+- `axis`: `dim=-1` read as `dim=+1`, or `unsqueeze(-1)` as `(+1)`, on a two-dimensional tensor,
+  where both name the same axis: equivalent;
+- `device`: a `device=` argument dropped or set to None: on this CPU-only suite both put the
+  tensor on the CPU; the CUDA check (docs/cuda.md) is what sees placement;
+- `wording`: a change inside an error message's text (case, `XX` around it): the tests hold each
+  message's key and fix, not every character;
+- `open`: none of these; a test should kill it or a line below says why it is equivalent.
+The score is killed / (mutants - axis - device); the raw share killed / mutants beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "testing.md"
+BEGIN, END = "<!-- mutation:begin -->", "<!-- mutation:end -->"
+KILLED = {1, 3, 36, 37, -24, 24, 152, 255}  # a failing test, pytest's error, a timeout, mypy
+STATUS = {0: "survived", 5: "no tests", 33: "no tests", None: "not checked"}
+EXCLUDED = ("axis", "device")
+
+# Survivors read and judged equivalent, by mutant name: why no test can tell them apart.
+EQUIVALENT: dict[str, str] = {}
+
+
+def fail(message: str) -> None:
+    print(f"mutation: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def status(code: int | None) -> str:
+    return "killed" if code in KILLED else STATUS.get(code, "suspicious")
+
+
+def classify(diff: str) -> str:
+    """The class of a mutant from its diff (see the module docstring)."""
+    minus = " ".join(
+        line[1:]
+        for line in diff.splitlines()
+        if line.startswith("-") and not line.startswith("---")
+    )
+    plus = " ".join(
+        line[1:]
+        for line in diff.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    )
+    if re.search(r"(dim=|unsqueeze\()\+1", plus) and plus.replace("+1", "-1") == minus:
+        return "axis"
+    if "device=" in minus and (
+        "device=None" in plus or plus.count("device=") < minus.count("device=")
+    ):
+        return "device"
+    if "raise " in minus or "Error(" in minus:
+        before, after = re.findall(r'"[^"]*"', minus), re.findall(r'"[^"]*"', plus)
+        if len(before) == len(after) and before != after:
+            same_code = re.sub(r'"[^"]*"', '""', minus) == re.sub(r'"[^"]*"', '""', plus)
+            if same_code:
+                return "wording"
+    return "open"
+
+
+def results() -> list[tuple[str, str, int | None]]:
+    """(module path, mutant name, exit code) of every mutant of the last run."""
+    metas = sorted((ROOT / "mutants").rglob("*.py.meta"))
+    if not metas:
+        fail("no results under mutants/: run `python tools/mutation.py run` first")
+    rows = []
+    for meta in metas:
+        path = meta.relative_to(ROOT / "mutants").as_posix()[: -len(".meta")]
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            rows.append((path, name, code))
+    return rows
+
+
+def diff_of(name: str, path: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    return get_diff_for_mutant(name, path=path)
+
+
+def changed_line(diff: str) -> str:
+    lines = [line for line in diff.splitlines()[2:] if line[:1] in "-+"]
+    return " → ".join(" ".join(line[1:].split()) for line in lines)[:240]
+
+
+def report() -> str:
+    rows = results()
+    per_module: dict[str, Counter] = {}
+    survivors = []
+    for path, name, code in rows:
+        state = status(code)
+        counts = per_module.setdefault(path, Counter())
+        counts[state] += 1
+        if state in ("survived", "no tests"):
+            diff = diff_of(name, path)
+            kind = "equivalent" if name in EQUIVALENT else classify(diff)
+            counts[f"{state}:{kind}"] += 1
+            survivors.append((path, name, state, kind, changed_line(diff)))
+    total = Counter()
+    for counts in per_module.values():
+        total.update(counts)
+
+    def score(c: Counter) -> str:
+        excluded = sum(
+            c[f"{s}:{k}"] for s in ("survived", "no tests") for k in (*EXCLUDED, "equivalent")
+        )
+        checked = sum(c.values()) - c["not checked"] - sum(v for k, v in c.items() if ":" in k)
+        base = checked - excluded
+        if base <= 0:
+            return "–", "–"
+        return f"{100 * c['killed'] / base:.1f} %", f"{100 * c['killed'] / checked:.1f} %"
+
+    lines = [
+        BEGIN,
+        "",
+        "| module | mutants | killed | survived | no test | not run | score | raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path, c in [*sorted(per_module.items()), ("**all**", total)]:
+        mutants = sum(v for k, v in c.items() if ":" not in k)
+        adjusted, raw = score(c)
+        lines.append(
+            f"| {path} | {mutants} | {c['killed']} | {c['survived']} | {c['no tests']} | "
+            f"{c['not checked']} | {adjusted} | {raw} |"
+        )
+    kinds = Counter(kind for *_, kind, _ in survivors)
+    lines += [
+        "",
+        "Survivors and unreached mutants by class: "
+        + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+        + ". Score: killed / (run − axis − device − equivalent); raw: killed / run.",
+        "",
+        "<details><summary>Every surviving mutant</summary>",
+        "",
+        "| mutant | state | class | change |",
+        "|---|---|---|---|",
+    ]
+    for path, name, state, kind, change in survivors:
+        why = f" ({EQUIVALENT[name]})" if name in EQUIVALENT else ""
+        change = change.replace("|", "\\|")
+        lines.append(f"| `{name.split('.')[-1]}` ({path}) | {state} | {kind}{why} | `{change}` |")
+    lines += ["", "</details>", "", END]
+    return "\n".join(lines)
+
+
+def write(section: str) -> None:
+    text = DOC.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n## Mutation score\n\n" + section + "\n"
+    DOC.write_text(text)
+    print(f"mutation: wrote {DOC.relative_to(ROOT)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tools/mutation.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    run = sub.add_parser("run", help="mutmut run (resumes), then the report")
+    run.add_argument("--max-children", type=int, default=2, help="mutants run at once (default: 2)")
+    sub.add_parser("report", help="write docs/testing.md from the last run's results")
+    args = parser.parse_args(argv)
+    if shutil.which("mutmut") is None:
+        fail("mutmut is not installed: pip install -e '.[mutation]'")
+    if args.verb == "run":
+        done = subprocess.run(["mutmut", "run", "--max-children", str(args.max_children)], cwd=ROOT)
+        if done.returncode != 0:
+            fail(f"mutmut run exited {done.returncode}: its output above says why")
+    os.chdir(ROOT)  # mutmut reads its settings from ./pyproject.toml
+    write(report())
+
+
+if __name__ == "__main__":
+    main()
