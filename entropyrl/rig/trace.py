@@ -136,19 +136,17 @@ def sample_rows(
     clip_high: torch.Tensor | None,
     advantages: torch.Tensor | None,
     prompt_ids: Sequence[Any] | None = None,
+    clip_low: torch.Tensor | None = None,
     **extra: Any,
 ) -> list[dict[str, Any]]:
-    """Trace rows for a batch: key, position, clip bound (None without one), advantages.
+    """Trace rows for a batch: key, position, clip bounds (None without one), advantages.
 
     `advantage` is the value at the first response token (what a per-sample estimator gives
     every token), `advantages` the value at every response token.
     """
     keys = sample_keys(responses, response_mask, prompt_ids)
-    bounds = (
-        [None] * len(keys)
-        if clip_high is None
-        else [float(v) for v in clip_high.detach().cpu().reshape(-1)]
-    )
+    bounds = _per_row(clip_high, len(keys))
+    low_bounds = _per_row(clip_low, len(keys))
     first = (
         [None] * len(keys) if advantages is None else _first_token_values(advantages, response_mask)
     )
@@ -160,14 +158,21 @@ def sample_rows(
             "prompt": prompt,
             "position": position,
             "clip_high": bound,
+            "clip_low": low,
             "advantage": adv,
             "advantages": all_adv,
             **extra,
         }
-        for position, (key, prompt, bound, adv, all_adv) in enumerate(
-            zip(keys, prompts, bounds, first, every)
+        for position, (key, prompt, bound, low, adv, all_adv) in enumerate(
+            zip(keys, prompts, bounds, low_bounds, first, every)
         )
     ]
+
+
+def _per_row(values: torch.Tensor | None, rows: int) -> list[float | None]:
+    if values is None:
+        return [None] * rows
+    return [float(v) for v in values.detach().cpu().reshape(-1)]
 
 
 def _field(data: Any, name: str) -> Any:
@@ -178,7 +183,10 @@ _loss_calls = 0
 
 
 def worker_rows(
-    data: Any, clip_high: torch.Tensor | None, log_probs: torch.Tensor | None = None
+    data: Any,
+    clip_high: torch.Tensor | None,
+    log_probs: torch.Tensor | None = None,
+    clip_low: torch.Tensor | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for one call of the actor loss on a verl micro-batch TensorDict.
 
@@ -205,6 +213,7 @@ def worker_rows(
         responses=responses,
         response_mask=mask,
         clip_high=clip_high,
+        clip_low=clip_low,
         advantages=padded(data["advantages"]),
         prompt_ids=row_values(_field(data, "index"), size),
         rank=rank,
@@ -233,6 +242,7 @@ def driver_rows(
     valid: torch.Tensor,
     seq_lens: Sequence[Any],
     step: int,
+    clip_low: torch.Tensor | None = None,
     scores: torch.Tensor | None = None,
     groups: Sequence[Any] | None = None,
     reward_parts: Sequence[dict[str, Any] | None] | None = None,
@@ -252,6 +262,7 @@ def driver_rows(
         responses=tensors["responses"],
         response_mask=mask,
         clip_high=clip_high,
+        clip_low=clip_low,
         advantages=advantages,
         prompt_ids=prompt_ids,
         step=step,

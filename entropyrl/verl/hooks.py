@@ -239,11 +239,24 @@ def clip_high_from_chair(
                 "clip/bound_max": float(clip_valid.max().item()),
             }
         )
-    if available.any():
-        scored = chair_valid[available]
-        metrics["chair/chair_i_mean"] = float(scored.mean().item())
-        metrics["chair/hallucinated_frac"] = float((scored >= spec.threshold).float().mean().item())
+    metrics.update(chair_score_metrics(chair_i, spec.threshold, valid))
     return clip_high, metrics
+
+
+def chair_score_metrics(
+    chair_i: torch.Tensor, threshold: float, valid: torch.Tensor | None = None
+) -> dict[str, float]:
+    """`chair/chair_i_mean` and `chair/hallucinated_frac` (CHAIR_i >= `threshold`, the clip
+    schedule's) over the `valid` rows CHAIR scored; empty when it scored none. Logged whether or
+    not a schedule is on, so runs with and without one compare on the same figures."""
+    rows = chair_i if valid is None else chair_i[valid]
+    scored = rows[torch.isfinite(rows)]
+    if not scored.numel():
+        return {}
+    return {
+        "chair/chair_i_mean": float(scored.mean().item()),
+        "chair/hallucinated_frac": float((scored >= threshold).float().mean().item()),
+    }
 
 
 def clip_low_from_chair(

@@ -57,13 +57,36 @@ def compute_policy_loss_per_sample_clip(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl's policy-loss signature over `per_sample_clip_loss` with the open step's bounds."""
+    return per_sample_clip_loss(
+        current_step(),
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=rollout_is_weights,
+    )
+
+
+def per_sample_clip_loss(
+    step: Step | None,
+    *,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO clipped surrogate with per-sample ([B]) or per-token ([B, T]) bounds (tokens [B, T]).
 
-    Without any bound in the step this is verl's `vanilla` (same function, same metrics). A bound
+    Without any bound in `step` this is verl's `vanilla` (same function, same metrics). A bound
     the step does not carry comes from the actor config (`clip_ratio_low`, `clip_ratio_high`), as
     does the dual-clip constant; with the token clip, hallucinated tokens get its (low, high).
     """
-    step = current_step()
     if step is None or (
         step.clip_high is None and step.clip_low is None and step.token_clip is None
     ):
@@ -221,7 +244,7 @@ class PerSampleClipPPOLoss:
             )
         trace = recorder()
         if trace is not None:
-            self._trace(trace, data, clip_high, model_output)
+            self._trace(trace, data, clip_high, clip_low, model_output)
         step = Step(
             clip_high=clip_high,
             clip_low=clip_low,
@@ -233,12 +256,17 @@ class PerSampleClipPPOLoss:
         return loss, global_batch_metrics(metrics, data)
 
     def _trace(
-        self, trace: Any, data: Any, clip_high: torch.Tensor | None, model_output: Any
+        self,
+        trace: Any,
+        data: Any,
+        clip_high: torch.Tensor | None,
+        clip_low: torch.Tensor | None,
+        model_output: Any,
     ) -> None:
         """Record what this micro-batch's loss sees per sample (see `entropyrl.rig.trace`)."""
         from verl.workers.utils.padding import no_padding_2_padding
 
         log_probs = no_padding_2_padding(model_output["log_probs"], data)
-        rows = trace.worker_rows(data, clip_high, log_probs)
+        rows = trace.worker_rows(data, clip_high, log_probs, clip_low)
         rank = rows[0]["rank"] if rows else 0
         trace.write(f"worker-{rank}-{os.getpid()}", rows)

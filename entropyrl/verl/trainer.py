@@ -7,8 +7,9 @@ estimator call stay verl's):
   what the estimator declares it reads (the per-token entropy of the old-policy pass, which verl
   stores as `entropy`, and its `<think>` segment; the reference log-probs) and the step's clip
   bounds into verl's estimator call; the estimator's metrics come back from `with_step`;
-- each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high`, written next
-  to `advantages` so every mini-batch and PPO epoch of the actor update carries it;
+- each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high` (the clip
+  schedule) and `clip_low` (the clip-low schedule), written next to `advantages` so every
+  mini-batch and PPO epoch of the actor update carries them;
 - samples the CHAIR service gave no answer for are bounded by
   `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.chair_fallback`: a warning per step,
   past the limit a stop naming the service and the node; `CHAIR_OPTIONAL=1` lifts it);
@@ -16,9 +17,9 @@ estimator call stay verl's):
   estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
   response tokens).
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
-`per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged: whenever the
-schedule is on (`algorithm.clip_schedule.enable`, the one switch; `policy_loss.loss_mode` may
-stay verl's default) or the config names that loss.
+`per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged: whenever a
+schedule is on (`algorithm.clip_schedule.enable` or `algorithm.clip_low_schedule.enable`, each
+the one switch; `policy_loss.loss_mode` may stay verl's default) or the config names that loss.
 
 Collaborators, none of which changes an object of verl's:
 - `entropyrl.verl.node_checks` runs one Ray task per node before any worker starts: the data
@@ -62,13 +63,15 @@ from entropyrl.verl.hooks import (
     chair_fallback_rows,
     chair_from_extra_fields,
     chair_reporting_rows,
+    chair_score_metrics,
     chair_status_metrics,
     clip_high_from_chair,
+    clip_low_from_chair,
     reward_infos,
     reward_part_metrics,
 )
 from entropyrl.verl.inputs import with_step
-from entropyrl.verl.loss import CLIP_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.loss import CLIP_FIELD, CLIP_LOW_FIELD, LOSS_NAME, PerSampleClipPPOLoss
 from entropyrl.verl.names import VERL_TRAINER_MODE
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
@@ -228,14 +231,18 @@ class EntropyPPOTrainer(PPOTrainerSync):
         super().on_init_end()
         actor = self.config.actor_rollout_ref.actor
         loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
-        schedule = self.specs.clip_schedule.enable
+        high, low = self.specs.clip_schedule, self.specs.clip_low_schedule
         # checked before Ray by the config validation; again here for a run started another way
-        problem = schedule_loss_problem(schedule, loss_mode) or schedule_bound_problem(
-            self.specs.clip_schedule, actor.get("clip_ratio_high")
-        )
+        problems = [
+            schedule_loss_problem(high.enable, loss_mode, high.SECTION),
+            schedule_loss_problem(low.enable, loss_mode, low.SECTION),
+            schedule_bound_problem(high, actor.get("clip_ratio_high"), key="clip_ratio_high"),
+            schedule_bound_problem(low, actor.get("clip_ratio_low"), key="clip_ratio_low"),
+        ]
+        problem = next((p for p in problems if p), None)
         if problem:
             raise ValueError(problem)
-        if schedule or loss_mode == LOSS_NAME:
+        if high.enable or low.enable or loss_mode == LOSS_NAME:
             from verl.trainer.distillation import is_distillation_enabled
 
             if is_distillation_enabled(self.config.get("distillation")):
@@ -246,7 +253,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         estimator = str(self.config.algorithm.adv_estimator)
         ours = estimator in VERL_ESTIMATORS
-        wants_clip = self.specs.clip_schedule.enable
+        wants_clip = self.specs.clip_schedule.enable or self.specs.clip_low_schedule.enable
         trace = recorder()  # the smoke's per-sample rows, when the run asks for them
         tracing = trace is not None
         # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
@@ -262,6 +269,12 @@ class EntropyPPOTrainer(PPOTrainerSync):
         self._judge_chair_fallbacks(extra_fields, valid)
         chair_i = chair_from_extra_fields(extra_fields, len(batch))
         clip_high, clip_metrics = clip_high_from_chair(chair_i, self.specs.clip_schedule, valid)
+        clip_low, low_metrics = clip_low_from_chair(chair_i, self.specs.clip_low_schedule, valid)
+        clip_metrics.update(low_metrics)
+        if clip_high is None:  # the schedule logs them beside its bounds
+            clip_metrics.update(
+                chair_score_metrics(chair_i, self.specs.clip_schedule.threshold, valid)
+            )
         verl_step = functools.partial(super()._compute_advantage, batch, metrics)
         if ours:
             step, step_metrics = build_step(
@@ -284,12 +297,17 @@ class EntropyPPOTrainer(PPOTrainerSync):
         metrics.update(chair_status_metrics(extra_fields, valid))
         metrics.update(reward_part_metrics(extra_fields, valid))
         if tracing:
-            self._trace(trace, batch, tensors, clip_high, chair_i, valid, extra_fields)
-        if clip_high is not None:
+            self._trace(trace, batch, tensors, (clip_high, clip_low), chair_i, valid, extra_fields)
+        bounds = {
+            name: value
+            for name, value in ((CLIP_FIELD, clip_high), (CLIP_LOW_FIELD, clip_low))
+            if value is not None
+        }
+        if bounds:  # beside `advantages`: every mini-batch and PPO epoch carries them
             batch = tq.kv_batch_put(
                 keys=batch.keys,
                 partition_id=batch.partition_id,
-                fields=TensorDict({CLIP_FIELD: clip_high}, batch_size=len(batch)),
+                fields=TensorDict(bounds, batch_size=len(batch)),
             )
         return batch
 
@@ -309,7 +327,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         trace: Any,
         batch: Any,
         tensors: dict[str, torch.Tensor | None],
-        clip_high: torch.Tensor | None,
+        bounds: tuple[torch.Tensor | None, torch.Tensor | None],
         chair_i: torch.Tensor,
         valid: torch.Tensor,
         extra_fields: list[Any] | None,
@@ -323,7 +341,8 @@ class EntropyPPOTrainer(PPOTrainerSync):
             tensors=tensors,
             advantages=padded(got.get("advantages", None)),
             prompt_ids=None if index is None else trace.row_values(index, len(batch)),
-            clip_high=clip_high,
+            clip_high=bounds[0],
+            clip_low=bounds[1],
             chair_i=chair_i,
             valid=valid,
             seq_lens=[tag.get("seq_len") for tag in batch.tags],

@@ -67,7 +67,7 @@ LAUNCH_MISTAKES = {
 LAUNCH_ENV_MISTAKES = {
     "a misspelt comparison run": (
         {"EXPERIMENT": "baselin"},
-        "EXPERIMENT must be entropyrl, baseline, penalty or reversed, got 'baselin'",
+        "EXPERIMENT must be entropyrl, baseline, penalty, reversed or clip_low, got 'baselin'",
     ),
 }
 

@@ -114,7 +114,9 @@ def test_the_reward_entry_points_stay_what_verl_loads() -> None:
     assert rewards.caption_score.__name__ == "caption_score"
 
 
-def test_a_failing_reward_call_raises_its_own_error_after_reporting_it(caplog) -> None:
+def test_a_failing_reward_call_raises_its_own_error_after_reporting_it(caplog, monkeypatch) -> None:
+    # a process logs each failure message once: start from none seen, as a fresh worker does
+    monkeypatch.setattr(reward_failures, "_logged", set())
     caplog.set_level(logging.ERROR, logger="entropyrl.verl.reward_failures")
     call = rewards.caption_score("coco", "a dog", "{not json", {}, cider_df="unused.json.gz")
     with pytest.raises(ValueError, match="ground_truth is not JSON"):

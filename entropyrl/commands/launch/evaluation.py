@@ -16,7 +16,7 @@ from entropyrl.commands.launch.checks import note_no_gpu, require_file, require_
 from entropyrl.commands.launch.recipes import experiment_name, model_short_name
 
 # the EXPERIMENT runs of a comparison set, in the table's order (after the base)
-COMPARISONS = ("baseline", "entropyrl", "penalty", "reversed")
+COMPARISONS = ("baseline", "entropyrl", "penalty", "reversed", "clip_low")
 
 
 def option_value(command: Sequence[str], flag: str) -> str:
@@ -56,7 +56,7 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def comparison_runs(model_path: str) -> str:
-    """RUNS's default: `NAME=EXPERIMENT_NAME` of the four EXPERIMENT runs of `model_path`'s
+    """RUNS's default: `NAME=EXPERIMENT_NAME` of the five EXPERIMENT runs of `model_path`'s
     comparison set, as examples/chair_mscoco.sh names them for the same MODEL_PATH."""
     return " ".join(f"{run}={experiment_name(model_path, run)}" for run in COMPARISONS)
 

@@ -63,6 +63,8 @@ RECIPES: dict[str, Recipe] = {
 #   penalty    GRPO with reward CIDEr-D - 1.0 x (hallucinated mentions), no schedule: the
 #              reward that lowered CHAIR in the study
 #   reversed   the rule turned round: clean 0.5 / hallucinating 0.3
+#   clip_low   per-sample clip_low from CHAIR_i (clean 0.2 / hallucinating 0.4), the side on
+#              which hallucinating captions are clipped; clip_high 0.3 for every sample
 EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "entropyrl": (),
     "baseline": ("algorithm.clip_schedule.enable=false",),
@@ -72,6 +74,10 @@ EXPERIMENTS: dict[str, tuple[str, ...]] = {
         f"{REWARD_KWARGS}.chair_penalty=count",
     ),
     "reversed": ("algorithm.clip_schedule.direction=hallucinated_low",),
+    "clip_low": (
+        "algorithm.clip_schedule.enable=false",
+        "algorithm.clip_low_schedule.enable=true",
+    ),
 }
 # the captioning recipe's policy (configs/chair_mscoco.yaml, examples/chair_mscoco.sh)
 DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -140,6 +146,7 @@ def experiment_overrides(model_path: str | None = None) -> list[str]:
     a `trainer.experiment_name=` of theirs too."""
     name = os.environ.get("EXPERIMENT") or "entropyrl"
     if name not in EXPERIMENTS:
-        usage_error(f"EXPERIMENT must be entropyrl, baseline, penalty or reversed, got '{name}'")
+        *others, last = EXPERIMENTS
+        usage_error(f"EXPERIMENT must be {', '.join(others)} or {last}, got '{name}'")
     model = model_path or os.environ.get("MODEL_PATH") or DEFAULT_CAPTION_MODEL
     return [*EXPERIMENTS[name], f"trainer.experiment_name={experiment_name(model, name)}"]

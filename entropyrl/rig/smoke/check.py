@@ -531,23 +531,40 @@ def check_rewards(rows: list[dict[str, Any]], config: Any) -> list[str]:
 def check_bounds(
     rows: list[dict[str, Any]], config: Any, *, chair_optional: bool = False
 ) -> list[str]:
-    """Each sample's clip-high bound against the schedule's rule for its own CHAIR_i."""
-    from entropyrl.core.specs import ClipScheduleSpec
+    """Each sample's clip-high bound (the clip schedule) and clip-low bound (the clip-low
+    schedule) against the rule of the schedule on its side for its own CHAIR_i."""
+    from entropyrl.core.specs import ClipLowScheduleSpec, ClipScheduleSpec
 
-    mapping = _getter(config)("algorithm.clip_schedule", None)
-    if mapping is None or not mapping.get("enable", False):
-        return []
-    spec = ClipScheduleSpec.from_mapping(mapping)
+    problems = []
+    for spec_cls, field, label, what in (
+        (ClipScheduleSpec, "clip_high", "bound", "the clip schedule"),
+        (ClipLowScheduleSpec, "clip_low", "clip_low bound", "the clip-low schedule"),
+    ):
+        mapping = _getter(config)(f"algorithm.{spec_cls.SECTION}", None)
+        if mapping is not None and mapping.get("enable", False):
+            spec = spec_cls.from_mapping(mapping)
+            problems += _bound_problems(rows, spec, field, (label, what), chair_optional)
+    return problems
+
+
+def _bound_problems(
+    rows: list[dict[str, Any]],
+    spec: Any,
+    field: str,
+    names: tuple[str, str],
+    chair_optional: bool,
+) -> list[str]:
+    label, what = names
     problems = []
     for step, _, step_rows in _steps_of(rows):
         for row in step_rows:
-            want, got = clip_rule(row["chair_i"], spec), row["clip_high"]
+            want, got = clip_rule(row["chair_i"], spec), row.get(field)
             if got is None:
-                problems.append(f"step {step}: a sample reached the loss without a bound")
+                problems.append(f"step {step}: a sample reached the loss without a {label}")
                 break
             if _relative(got, want) > TOLERANCE:
                 problems.append(
-                    f"step {step}: CHAIR_i {row['chair_i']} got bound {got:.6g}, the "
+                    f"step {step}: CHAIR_i {row['chair_i']} got {label} {got:.6g}, the "
                     f"{spec.rule} rule ({spec.direction}) gives {want:.6g}"
                 )
                 break
@@ -555,20 +572,20 @@ def check_bounds(
     if not scored:
         if not chair_optional:
             problems.append(
-                "could not judge the clip schedule: no sample got a CHAIR score (set "
+                f"could not judge {what}: no sample got a CHAIR score (set "
                 "CHAIR_OPTIONAL=1 only to check the neutral fallback)"
             )
         return problems
     if len({round(clip_rule(chair, spec), 6) for chair in scored}) < 2:
         problems.append(
-            "could not judge the clip schedule: every scored sample's CHAIR_i "
+            f"could not judge {what}: every scored sample's CHAIR_i "
             f"({min(scored):.3g}..{max(scored):.3g}) gives the same bound, so a constant bound "
             "would pass"
         )
     return problems
 
 
-LOSS_FIELDS = ("clip_high", "advantages", "old_log_probs")
+LOSS_FIELDS = ("clip_high", "clip_low", "advantages", "old_log_probs")
 LOSS_MODES = ("per_sample_clip",)  # the policy losses that trace what reached them
 
 

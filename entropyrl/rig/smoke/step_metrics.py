@@ -7,8 +7,9 @@ summarises, with its definition written out, and compared with what verl's file 
 - `critic/score/*`, `critic/advantages/*` (token statistics over response tokens) and
   `response_length/*`: verl's `compute_data_metrics`, from the driver's rows of the step;
 - `reward/<part>/mean`: the mean over the step's rows that report the part;
-- `chair/*` and `clip/bound_*`: the CHAIR_i scores and the bounds the schedule gave (a sample
-  without CHAIR_i is unavailable, one at or above the threshold hallucinated);
+- `chair/*`, `clip/bound_*` and `clip/low_bound_*`: the CHAIR_i scores (with or without a
+  schedule) and the bounds each schedule gave (a sample without CHAIR_i is unavailable, one at
+  or above the clip schedule's threshold hallucinated);
 - `egpo/entropy/*`: the samples with a sequence entropy and its mean;
 - `actor/pg_clipfrac`, `actor/pg_clipfrac_lower`, `actor/clip/frac_*`: every clip decision taken
   again from the log-probs the loss traced (rho = exp(log_prob - old_log_prob); clipped high when
@@ -101,10 +102,25 @@ def driver_metrics(
         if parts.get(name):
             out[f"reward/{name}/mean"] = _mean(parts[name])
     mapping = get("algorithm.clip_schedule", None)
-    if mapping is not None and mapping.get("enable", False):
-        spec = ClipScheduleSpec.from_mapping(mapping)
+    spec = ClipScheduleSpec.from_mapping(mapping)
+    scored = [float(row["chair_i"]) for row in rows if row.get("chair_i") is not None]
+    if scored:  # logged with or without a schedule (its threshold)
+        out["chair/chair_i_mean"] = _mean(scored)
+        out["chair/hallucinated_frac"] = _mean(
+            [1.0 if chair >= spec.threshold else 0.0 for chair in scored]
+        )
+    low = get("algorithm.clip_low_schedule", None)
+    low_bounds = [float(row["clip_low"]) for row in rows if row.get("clip_low") is not None]
+    if low is not None and low.get("enable", False) and low_bounds:
+        out.update(
+            {
+                "clip/low_bound_mean": _mean(low_bounds),
+                "clip/low_bound_min": min(low_bounds),
+                "clip/low_bound_max": max(low_bounds),
+            }
+        )
+    if spec.enable:
         bounds = [float(row["clip_high"]) for row in rows if row.get("clip_high") is not None]
-        scored = [float(row["chair_i"]) for row in rows if row.get("chair_i") is not None]
         out["chair/unavailable"] = float(sum(1 for row in rows if row.get("chair_i") is None))
         if bounds:
             out.update(
@@ -113,11 +129,6 @@ def driver_metrics(
                     "clip/bound_min": min(bounds),
                     "clip/bound_max": max(bounds),
                 }
-            )
-        if scored:
-            out["chair/chair_i_mean"] = _mean(scored)
-            out["chair/hallucinated_frac"] = _mean(
-                [1.0 if chair >= spec.threshold else 0.0 for chair in scored]
             )
     if sequence_entropy is not None and not padded:  # the estimator counts every row
         entropies = [sequence_entropy(row) for row in rows]
@@ -153,15 +164,19 @@ def _mini_batches(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     ]
 
 
-def clip_counts(row: dict[str, Any], clip_low: float, clip_c: float | None) -> tuple[int, int, int]:
-    """(clipped high, clipped low, dual-clipped) token counts of one loss row."""
+def clip_counts(
+    row: dict[str, Any], clip_low: float, clip_c: float | None, clip_high: float | None = None
+) -> tuple[int, int, int]:
+    """(clipped high, clipped low, dual-clipped) token counts of one loss row: its own bounds
+    where a schedule gave it one, else the actor's constants `clip_low`, `clip_high`."""
     import numpy as np
 
     new = np.asarray(row["log_probs"], dtype=np.float32)
     old = np.asarray(row["old_log_probs"], dtype=np.float32)
     adv = np.asarray(row["advantages"], dtype=np.float32)
-    high_bound = np.float32(1.0 + float(row["clip_high"]))
-    low_bound = np.float32(1.0 - clip_low)
+    own_high, own_low = row.get("clip_high"), row.get("clip_low")
+    high_bound = np.float32(1.0 + float(clip_high if own_high is None else own_high))
+    low_bound = np.float32(1.0 - float(clip_low if own_low is None else own_low))
     rho = np.exp(np.clip(new - old, -20.0, 20.0), dtype=np.float32)
     high = int(np.sum((adv > 0) & (rho > high_bound)))
     low = int(np.sum((adv < 0) & (rho < low_bound)))
@@ -177,6 +192,8 @@ def loss_metrics(rows: list[dict[str, Any]], config: Any) -> tuple[dict[str, flo
     per mini-batch gives them."""
     get = _getter(config)
     clip_low = float(get("actor_rollout_ref.actor.clip_ratio_low", 0.2))
+    clip_high = get("actor_rollout_ref.actor.clip_ratio_high", None)
+    clip_high = None if clip_high is None else float(clip_high)
     clip_c = get("actor_rollout_ref.actor.clip_ratio_c", None)
     clip_c = None if clip_c is None else float(clip_c)
     fractions: dict[str, list[float]] = defaultdict(list)
@@ -185,7 +202,7 @@ def loss_metrics(rows: list[dict[str, Any]], config: Any) -> tuple[dict[str, flo
         tokens = float(batch[0]["batch_num_tokens"])
         high = low = dual = 0
         for row in batch:
-            h, lo, d = clip_counts(row, clip_low, clip_c)
+            h, lo, d = clip_counts(row, clip_low, clip_c, clip_high)
             high, low, dual = high + h, low + lo, dual + d
         counts = dict(zip(CLIP_FRACTIONS, (high + low, dual, high, low, dual)))
         for name, count in counts.items():

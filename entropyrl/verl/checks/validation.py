@@ -14,14 +14,16 @@ log-prob passes have run:
 - with the entropy-aware trainer only (`trainer.v1.trainer_mode=entropyrl`; a run that uses none
   of the plugin's parts keeps verl's behaviour): an advantage estimator or policy loss verl does
   not know (e.g. `egpo-ratio`), with the registered ones; a `policy_loss.loss_mode` that
-  contradicts the clip schedule's switch (`algorithm.clip_schedule.enable=true` runs the
-  `per_sample_clip` loss: only that name or verl's default `vanilla` agree with it); a
-  an `actor.clip_ratio_high` the schedule would leave unread (a value other than the schedule's
-  `low` or verl's default); a training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
+  contradicts a per-sample bound's switch (`algorithm.clip_schedule.enable=true` or
+  `algorithm.clip_low_schedule.enable=true` runs the `per_sample_clip` loss: only that name or
+  verl's default `vanilla` agree with it); an `actor.clip_ratio_high` (`clip_ratio_low`) the
+  schedule on its side would leave unread (a value other than the schedule's `low` or verl's
+  default); a training set with fewer rows than one step's prompts (verl would train nothing, exit 0); with verl's length filter off, a prompt longer than `data.max_prompt_length` or a data folder
   that records no image sizes to prove otherwise, and a vLLM context shorter than a prompt and
   its response (`entropyrl.verl.checks.prompt_bound`);
 - with verl's own trainer (another `trainer.v1.trainer_mode`, or `trainer.use_v1=false`):
-  `algorithm.clip_schedule.enable=true`, which that trainer ignores, and an estimator that reads
+  `algorithm.clip_schedule.enable=true` or `algorithm.clip_low_schedule.enable=true`, which that
+  trainer ignores, and an estimator that reads
   per-token entropy (`egpo`, `egpo_ratio`, ...), which under that trainer trains plain GRPO;
 - a checkpoint folder holding another run's checkpoint, which `resume_mode: auto` would
   continue (`entropyrl.verl.checks.checkpoints`); a run whose checkpoint is already at its last step
@@ -89,9 +91,11 @@ def config_problems(
 SCHEDULE_LOSSES = ("vanilla", PER_SAMPLE_CLIP_LOSS)
 
 
-def schedule_loss_problem(enabled: bool, loss_mode: Any) -> str | None:
-    """Why the entropy-aware trainer's loss key contradicts `algorithm.clip_schedule.enable`,
-    or None.
+def schedule_loss_problem(
+    enabled: bool, loss_mode: Any, section: str = "clip_schedule"
+) -> str | None:
+    """Why the entropy-aware trainer's loss key contradicts `algorithm.<section>.enable` (a
+    per-sample bound: `clip_schedule` or `clip_low_schedule`), or None.
 
     The switch is `enable` alone: with it on, the trainer computes each sample's bound and
     trains with the `per_sample_clip` loss whether `policy_loss.loss_mode` names it or keeps
@@ -100,37 +104,42 @@ def schedule_loss_problem(enabled: bool, loss_mode: Any) -> str | None:
     if not enabled or loss_mode in SCHEDULE_LOSSES:
         return None
     return (
-        f"algorithm.clip_schedule.enable=true trains with the {PER_SAMPLE_CLIP_LOSS} loss, "
+        f"algorithm.{section}.enable=true trains with the {PER_SAMPLE_CLIP_LOSS} loss, "
         f"which actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} contradicts; drop "
-        "the loss_mode override, or set algorithm.clip_schedule.enable=false"
+        f"the loss_mode override, or set algorithm.{section}.enable=false"
     )
 
 
 def clip_schedule_problems(config: Any) -> list[str]:
-    """The schedule switch against the loss key (`schedule_loss_problem`) and the actor's
-    constant bound (`schedule_bound_problem`); for runs of the entropy-aware trainer, the one
+    """Each per-sample bound's switch (the clip schedule on the high side, the clip-low schedule
+    on the low one) against the loss key (`schedule_loss_problem`) and the actor's constant
+    bound on its side (`schedule_bound_problem`); for runs of the entropy-aware trainer, the one
     that computes the bounds."""
     from omegaconf import OmegaConf
 
     try:
-        spec = algorithm_specs(config.get("algorithm")).clip_schedule
+        specs = algorithm_specs(config.get("algorithm"))
     except SpecError:  # said by check_algorithm
         return []
-    constant = OmegaConf.select(config, "actor_rollout_ref.actor.clip_ratio_high", default=None)
-    problems = [p for p in [schedule_bound_problem(spec, constant)] if p]
-    loss_mode = OmegaConf.select(
-        config, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None
-    )
+    actor = "actor_rollout_ref.actor"
+    problems = []
+    for spec, key in (
+        (specs.clip_schedule, "clip_ratio_high"),
+        (specs.clip_low_schedule, "clip_ratio_low"),
+    ):
+        constant = OmegaConf.select(config, f"{actor}.{key}", default=None)
+        problem = schedule_bound_problem(spec, constant, key=key)
+        problems += [problem] if problem else []
+    loss_mode = OmegaConf.select(config, f"{actor}.policy_loss.loss_mode", default=None)
     names = registered_names()
     if loss_mode is not None and names is not None and str(loss_mode) not in names[1]:
         return problems  # a loss verl does not know: registry_problems says so, in one line
-    problem = schedule_loss_problem(spec.enable, loss_mode)
-    return problems if problem is None else [problem, *problems]
-
-
-def _schedule_enabled(config: Any) -> bool:
-    """`algorithm.clip_schedule.enable` (our key: no plain verl config has it)."""
-    return _section_enabled(config, "clip_schedule")
+    refused = [
+        problem
+        for spec in (specs.clip_schedule, specs.clip_low_schedule)
+        if (problem := schedule_loss_problem(spec.enable, loss_mode, spec.SECTION))
+    ]
+    return refused + problems
 
 
 def _section_enabled(config: Any, section: str) -> bool:
@@ -141,13 +150,14 @@ def _section_enabled(config: Any, section: str) -> bool:
 
 
 # Sections the local runner applies and the verl trainer does not yet: the caption reward
-# hands verl no token positions and the trainer writes neither `hallucinated_tokens` nor a
-# per-sample `clip_low`, so under verl each would train as if it were off.
+# hands verl no token positions and the trainer writes no `hallucinated_tokens`, so under verl
+# each would train as if it were off.
 UNWIRED_SECTIONS = {
     "token_penalty": "--token-penalty-enable",
     "token_clip": "--token-clip-enable",
-    "clip_low_schedule": "--clip-low-schedule-enable",
 }
+# The per-sample bounds the entropy-aware trainer computes from CHAIR_i (each `enable` alone).
+BOUND_SECTIONS = ("clip_schedule", "clip_low_schedule")
 
 
 def unwired_problems(config: Any) -> list[str]:
@@ -181,12 +191,13 @@ def trainer_problems(config: Any) -> list[str]:
             f"entropy-aware trainer ({ours}) hands it: verl's own trainer would train plain "
             "GRPO; set it, or algorithm.adv_estimator=grpo"
         )
-    if _schedule_enabled(config):
-        problems.append(
-            "algorithm.clip_schedule.enable=true needs the entropy-aware trainer "
-            f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never computes "
-            "the per-sample bounds; set it, or algorithm.clip_schedule.enable=false"
-        )
+    for section in BOUND_SECTIONS:
+        if _section_enabled(config, section):
+            problems.append(
+                f"algorithm.{section}.enable=true needs the entropy-aware trainer "
+                f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never "
+                f"computes the per-sample bounds; set it, or algorithm.{section}.enable=false"
+            )
     return problems
 
 
@@ -201,24 +212,29 @@ def verl_source_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def verl_clip_ratio_high_default() -> float:
-    """verl's own default of `actor.clip_ratio_high`, from the actor config every verl trainer
-    config composes (`verl/trainer/config/actor/actor.yaml`), read without importing verl: the
-    launch scripts' pre-flight checks a config in about a second, before verl is imported."""
+def verl_actor_default(key: str) -> float:
+    """verl's own default of `actor.<key>` (e.g. `clip_ratio_high`), from the actor config every
+    verl trainer config composes (`verl/trainer/config/actor/actor.yaml`), read without importing
+    verl: the launch scripts' pre-flight checks a config in about a second, before verl is
+    imported."""
     from omegaconf import OmegaConf
 
     folder = verl_source_dir()
     if folder is None:
         raise RuntimeError("verl is not installed: its actor config is not there to read")
-    return float(
-        OmegaConf.load(folder / "trainer" / "config" / "actor" / "actor.yaml").clip_ratio_high
-    )
+    return float(OmegaConf.load(folder / "trainer" / "config" / "actor" / "actor.yaml")[key])
+
+
+def verl_clip_ratio_high_default() -> float:
+    """verl's own default of `actor.clip_ratio_high` (`verl_actor_default`)."""
+    return verl_actor_default("clip_ratio_high")
 
 
 def schedule_bound_problem(
-    spec: Any, clip_ratio_high: Any, verl_default: float | None = None
+    spec: Any, constant: Any, verl_default: float | None = None, key: str = "clip_ratio_high"
 ) -> str | None:
-    """Why `actor.clip_ratio_high` contradicts an enabled schedule, or None.
+    """Why the actor's constant bound on a schedule's side (`clip_ratio_high` for the clip
+    schedule, `clip_ratio_low` for the clip-low schedule) contradicts it when enabled, or None.
 
     With the schedule on the loss takes each sample's bound from it and never reads the
     constant. The recipes set the constant to the schedule's `low` (a clean sample's bound, what
@@ -226,24 +242,24 @@ def schedule_bound_problem(
     names it holds; any other value is a bound the user expects to act, and it would not."""
     import math
 
-    if not spec.enable or clip_ratio_high is None:
+    if not spec.enable or constant is None:
         return None
-    value = float(clip_ratio_high)
-    default = verl_clip_ratio_high_default() if verl_default is None else verl_default
+    value = float(constant)
+    default = verl_actor_default(key) if verl_default is None else verl_default
     if math.isclose(value, spec.low) or math.isclose(value, default):
         return None
     return (
-        f"actor_rollout_ref.actor.clip_ratio_high={value:g} is not read with "
-        "algorithm.clip_schedule.enable=true: each sample's bound comes from the schedule "
-        f"(algorithm.clip_schedule.low={spec.low:g} for a clean caption, high={spec.high:g} "
-        "for a hallucinating one); set those, or drop the clip_ratio_high override"
+        f"actor_rollout_ref.actor.{key}={value:g} is not read with "
+        f"algorithm.{spec.SECTION}.enable=true: each sample's bound comes from the schedule "
+        f"(algorithm.{spec.SECTION}.low={spec.low:g} for a clean caption, high={spec.high:g} "
+        f"for a hallucinating one); set those, or drop the {key} override"
     )
 
 
 def uses_entropyrl(config: Any) -> bool:
     """Whether the run uses a part of the plugin verl would not have without it: the
     entropy-aware trainer, one of our advantage estimators, our policy loss, or one of our
-    sections switched on (the clip schedule, `UNWIRED_SECTIONS`). The plugin loads into every
+    sections switched on (`BOUND_SECTIONS`, `UNWIRED_SECTIONS`). The plugin loads into every
     verl process of the environment; a run that uses none of these is validated exactly as verl
     alone validates it."""
     from omegaconf import OmegaConf
@@ -257,7 +273,7 @@ def uses_entropyrl(config: Any) -> bool:
 
     return (
         uses_our_trainer(config)
-        or _schedule_enabled(config)
+        or any(_section_enabled(config, section) for section in BOUND_SECTIONS)
         or any(_section_enabled(config, section) for section in UNWIRED_SECTIONS)
         or value("algorithm.adv_estimator") in VERL_ESTIMATORS
         or value("actor_rollout_ref.actor.policy_loss.loss_mode") in VERL_POLICY_LOSSES
