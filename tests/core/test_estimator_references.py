@@ -141,9 +141,9 @@ def test_broadcast_names_the_argument():
 
 
 def test_a_missing_reward_is_counted_in_the_message():
-    scores = torch.tensor([1.0, float("nan"), float("inf"), 0.0])
-    with pytest.raises(ValueError, match=r"^scores must be finite: 2 NaN/inf value\(s\)"):
-        adv.grpo_advantage(scores, torch.tensor([0, 0, 1, 1]))
+    scores = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0])
+    with pytest.raises(ValueError, match=r"^scores must be finite: 3 NaN/inf value\(s\)"):
+        adv.grpo_advantage(scores, torch.tensor([0, 0, 1, 1, 1]))
 
 
 # ---- MaxEnt-GRPO

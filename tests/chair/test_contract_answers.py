@@ -1,0 +1,108 @@
+"""The service's answers to each contract refusal, word for word, through the app in-process
+(Flask's test client; tests/chair/test_service.py asks the same over real HTTP): the status, the
+field named, and the fix where there is one."""
+
+from __future__ import annotations
+
+import pytest
+
+from chair_server import contract
+from chair_server.scorer import ChairScorer
+
+ITEM = {"image_id": 1001, "caption": "A cat."}
+
+
+@pytest.fixture()
+def client(session_gt_file):
+    from chair_server.app import create_app
+    from chair_server.config import ServerSettings
+
+    settings = ServerSettings(ground_truth=str(session_gt_file), max_batch=3)
+    return create_app(ChairScorer.from_ground_truth(session_gt_file), settings).test_client()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        (
+            {"captions": [ITEM], "include_caption": False},
+            400,
+            "body.include_caption: unknown key; did you mean include_captions? accepted: "
+            "captions, include_captions",
+        ),
+        (
+            {"captions": [ITEM], "zzz": 1},
+            400,
+            "body.zzz: unknown key; accepted: captions, include_captions",
+        ),
+        ({"captions": {"a": 1}}, 400, "captions must be a list of {image_id, caption} objects"),
+        ([ITEM], 400, 'body must be an object {"captions": [...]}'),
+        ({"include_captions": True}, 400, "captions is missing"),
+        ({"captions": [ITEM], "include_captions": 1}, 400, "include_captions must be a boolean"),
+        ({"captions": [ITEM] * 4}, 413, "captions has 4 captions, more than max_batch=3"),
+    ],
+)
+def test_each_refusal_says_what_and_where(client, body, status, error):
+    answer = client.post("/v1/chair", json=body)
+    assert answer.status_code == status
+    assert answer.get_json() == {"error": error}
+
+
+def test_exactly_max_batch_captions_are_scored(client):
+    answer = client.post("/v1/chair", json={"captions": [ITEM] * 3})
+    assert answer.status_code == 200
+    assert len(answer.get_json()["sentences"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ([ITEM] * 4, 413, "body has 4 captions, more than max_batch=3"),
+        ({"captions": [ITEM] * 4}, 413, "captions has 4 captions, more than max_batch=3"),
+        ("a caption", 400, "body must be a list of {image_id, caption} objects"),
+    ],
+)
+def test_the_first_routes_forms_are_held_to_the_same_limits(client, body, status, error):
+    answer = client.post("/computeCaption", json=body)
+    assert answer.status_code == status
+    assert answer.get_json() == {"error": error}
+
+
+def test_check_items_names_the_count_and_the_limit():
+    assert contract.check_items([ITEM] * 2, "captions", 2) == [ITEM] * 2
+    assert contract.check_items([ITEM] * 5, "captions") == [ITEM] * 5  # no limit given
+    with pytest.raises(
+        contract.TooManyCaptions, match=r"^captions has 3 captions, more than max_batch=2$"
+    ):
+        contract.check_items([ITEM] * 3, "captions", 2)
+    with pytest.raises(
+        contract.RequestError, match=r"^rows must be a list of \{image_id, caption\} objects$"
+    ):
+        contract.check_items("x", "rows", 2)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", 'body is empty: send a JSON object {"captions": [...]}'),
+        (b"  \n", 'body is empty: send a JSON object {"captions": [...]}'),
+        (b'{"captions": "\xff"}', "body: not UTF-8 (byte 14 is 0xff); send JSON as UTF-8"),
+        (b"[" * 100_000, "body: JSON nested too deeply"),
+        (b'{"captions": [}', "body: malformed JSON (Expecting value: line 1 column 15 (char 14))"),
+    ],
+)
+def test_a_body_that_is_not_json_is_named_for_what_it_is(client, data, error):
+    answer = client.post("/v1/chair", data=data, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.get_json() == {"error": error}
+
+
+def test_an_answer_streams_every_sentence_and_the_corpus_metrics(client):
+    items = [ITEM, {"image_id": 1001, "caption": "A dog and a cat."}]
+    full = client.post("/v1/chair", json={"captions": items}).get_json()
+    short = client.post("/v1/chair", json={"captions": items, "include_captions": False}).get_json()
+    assert [s["caption"] for s in full["sentences"]] == ["A cat.", "A dog and a cat."]
+    assert all("caption" not in s for s in short["sentences"])
+    assert [s["metrics"] for s in short["sentences"]] == [s["metrics"] for s in full["sentences"]]
+    assert full["overall_metrics"] == short["overall_metrics"]
+    assert set(full) == {"sentences", "overall_metrics"}
