@@ -1,12 +1,14 @@
 """The mutation score of the formulas and contracts users rely on, written to docs/testing.md.
 
-    python tools/mutation.py run [--max-children N]   # mutmut run, then the report (CPU-hours)
-    python tools/mutation.py report                   # the report from the last run's results
+    python tools/mutation.py run [--max-children N] [--group NAME ...]   # then the report
+    python tools/mutation.py report          # the report from the last runs' results
 
 mutmut 3 (`pip install -e '.[mutation]'`) plants one small fault at a time (an operator, a
 constant, an argument dropped) into the modules `[tool.mutmut]` of pyproject.toml lists, and
-runs the tests that reach the changed function; a mutant no test fails on *survived*. Each run
-resumes where the last stopped (results live under mutants/, which git ignores).
+runs the tests that reach the changed function; a mutant no test fails on *survived*. `run`
+takes the groups of `[tool.mutmut.groups]` one after another, each in its own copy of the tree
+under mutants-work/<group>/ (its modules against its own tests), and gathers their results
+under mutants/; a group run again resumes where it stopped (both folders are git-ignored).
 
 The report counts, per module, the mutants killed (a test failed or timed out), survived and
 reached by no test, and lists every survivor with its changed line and its class:
@@ -14,10 +16,13 @@ reached by no test, and lists every survivor with its changed line and its class
   where both name the same axis: equivalent;
 - `device`: a `device=` argument dropped or set to None: on this CPU-only suite both put the
   tensor on the CPU; the CUDA check (docs/cuda.md) is what sees placement;
+- `codec`: an encoding's name in other letters (`"UTF-8"` for `"utf-8"`): Python reads codec
+  names case-insensitively, equivalent;
 - `wording`: a change inside an error message's text (case, `XX` around it): the tests hold each
   message's key and fix, not every character;
 - `open`: none of these; a test should kill it or a line below says why it is equivalent.
-The score is killed / (mutants - axis - device); the raw share killed / mutants beside it.
+The score is killed / (mutants - axis - device - codec - those judged equivalent below); the raw
+share killed / mutants beside it.
 """
 
 from __future__ import annotations
@@ -37,10 +42,20 @@ DOC = ROOT / "docs" / "testing.md"
 BEGIN, END = "<!-- mutation:begin -->", "<!-- mutation:end -->"
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}  # a failing test, pytest's error, a timeout, mypy
 STATUS = {0: "survived", 5: "no tests", 33: "no tests", None: "not checked"}
-EXCLUDED = ("axis", "device")
+EXCLUDED = ("axis", "device", "codec")
+CODECS = {"utf-8", "utf8", "ascii"}
 
 # Survivors read and judged equivalent, by mutant name: why no test can tell them apart.
-EQUIVALENT: dict[str, str] = {}
+_FAST_PATH = (
+    "which of group_index's two paths runs (dense ids below 2 x length + 1024 take the fast "
+    "one): both give the same inverse index"
+)
+_EMPTY_GROUP = "one more, empty, group: every caller gathers per sample or leaves empty groups out"
+EQUIVALENT: dict[str, str] = {
+    **{f"entropyrl.core._segments.x_group_index__mutmut_{n}": _FAST_PATH for n in range(25, 32)},
+    "entropyrl.core._segments.x_group_index__mutmut_33": _EMPTY_GROUP,
+    "entropyrl.core._segments.x_group_index__mutmut_42": _EMPTY_GROUP,
+}
 
 
 def fail(message: str) -> None:
@@ -66,6 +81,13 @@ def classify(diff: str) -> str:
     )
     if re.search(r"(dim=|unsqueeze\()\+1", plus) and plus.replace("+1", "-1") == minus:
         return "axis"
+    before, after = re.findall(r'"[^"]*"', minus), re.findall(r'"[^"]*"', plus)
+    if (
+        re.sub(r'"[^"]*"', '""', minus) == re.sub(r'"[^"]*"', '""', plus)
+        and [b.lower() for b in before] == [a.lower() for a in after]
+        and all(b.strip('"').lower() in CODECS for b, a in zip(before, after) if b != a)
+    ):
+        return "codec"
     if "device=" in minus and (
         "device=None" in plus or plus.count("device=") < minus.count("device=")
     ):
@@ -77,6 +99,64 @@ def classify(diff: str) -> str:
             if same_code:
                 return "wording"
     return "open"
+
+
+def settings() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def run_group(name: str, group: dict, max_children: int) -> None:
+    """mutmut over one group's modules with its tests, in mutants-work/<name>/."""
+    work = ROOT / "mutants-work" / name
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for relative in files:
+        source, target = ROOT / relative, work / relative
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    base = settings()
+    lines = [
+        "[tool.mutmut]",
+        f"source_paths = {_toml_list(base['source_paths'])}",
+        f"only_mutate = {_toml_list(group['only_mutate'])}",
+        f"do_not_mutate = {_toml_list(base.get('do_not_mutate', []))}",
+        f"also_copy = {_toml_list(base.get('also_copy', []))}",
+        f"pytest_add_cli_args_test_selection = {_toml_list(group['tests'])}",
+        f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []))}",
+    ]
+    # the project's pyproject.toml with its [tool.mutmut] tables replaced by this group's
+    project = (ROOT / "pyproject.toml").read_text()
+    kept = re.sub(r"(?ms)^\[tool\.mutmut(\.[^\]]*)?\].*?(?=^\[(?!tool\.mutmut))", "", project)
+    (work / "pyproject.toml").write_text(kept.rstrip() + "\n\n" + "\n".join(lines) + "\n")
+    print(f"mutation: group {name}: {', '.join(group['only_mutate'])}", flush=True)
+    done = subprocess.run(["mutmut", "run", "--max-children", str(max_children)], cwd=work)
+    if done.returncode != 0:
+        fail(f"group {name}: mutmut run exited {done.returncode}: its output above says why")
+    gather(work)
+
+
+def gather(work: Path) -> None:
+    """Copy a group's mutated modules and results into mutants/, where `report` reads them."""
+    for meta in (work / "mutants").rglob("*.py.meta"):
+        relative = meta.relative_to(work / "mutants")
+        if not json.loads(meta.read_text())["exit_code_by_key"]:
+            continue
+        for suffix in ("", ".meta", ".spans"):
+            source = work / "mutants" / str(relative)[: -len(".meta")]
+            source = Path(str(source) + suffix)
+            if source.exists():
+                target = ROOT / "mutants" / source.relative_to(work / "mutants")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
 
 
 def results() -> list[tuple[str, str, int | None]]:
@@ -217,16 +297,20 @@ def write(section: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tools/mutation.py", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="verb", required=True)
-    run = sub.add_parser("run", help="mutmut run (resumes), then the report")
+    run = sub.add_parser("run", help="mutmut over each group (resumes), then the report")
     run.add_argument("--max-children", type=int, default=2, help="mutants run at once (default: 2)")
+    run.add_argument("--group", action="append", help="only this group (repeatable; default: all)")
     sub.add_parser("report", help="write docs/testing.md from the last run's results")
     args = parser.parse_args(argv)
     if shutil.which("mutmut") is None:
         fail("mutmut is not installed: pip install -e '.[mutation]'")
     if args.verb == "run":
-        done = subprocess.run(["mutmut", "run", "--max-children", str(args.max_children)], cwd=ROOT)
-        if done.returncode != 0:
-            fail(f"mutmut run exited {done.returncode}: its output above says why")
+        groups = settings().get("groups", {})
+        unknown = sorted(set(args.group or []) - set(groups))
+        if unknown:
+            fail(f"no group {unknown[0]!r} in [tool.mutmut.groups]; known: {', '.join(groups)}")
+        for name in args.group or groups:
+            run_group(name, groups[name], args.max_children)
     os.chdir(ROOT)  # mutmut reads its settings from ./pyproject.toml
     write(report())
 
