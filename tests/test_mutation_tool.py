@@ -32,6 +32,8 @@ def diff(before: str, after: str) -> str:
         ('raise ValueError("bad key")', 'raise ValueError("BAD KEY")', "wording"),
         ('raise ValueError("bad key")', "raise ValueError(None)", "open"),
         ("if n > 1:", "if n >= 1:", "open"),
+        ("x = scores.to(torch.float32)", "x = scores.to(None)", "dtype"),
+        ("o = torch.zeros(2, dtype=torch.long)", "o = torch.zeros(2, )", "dtype"),
         ("y = a - b", "y = a + b", "open"),
         ("total = p.sum(dim=-1) - 1", "total = p.sum(dim=+1) - 2", "open"),
     ],

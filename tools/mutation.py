@@ -18,6 +18,8 @@ reached by no test, and lists every survivor with its changed line and its class
   tensor on the CPU; the CUDA check (docs/cuda.md) is what sees placement;
 - `codec`: an encoding's name in other letters (`"UTF-8"` for `"utf-8"`): Python reads codec
   names case-insensitively, equivalent;
+- `dtype`: a `.to(dtype)` or `dtype=` made None or dropped: a no-op where the input already
+  has that type, so a test kills it only by passing another (tests/core/test_dtypes.py);
 - `wording`: a change inside an error message's text (case, `XX` around it): the tests hold each
   message's key and fix, not every character;
 - `open`: none of these; a test should kill it or a line below says why it is equivalent.
@@ -92,6 +94,10 @@ def classify(diff: str) -> str:
         "device=None" in plus or plus.count("device=") < minus.count("device=")
     ):
         return "device"
+    if re.search(r"\.to\(None\)|dtype=None", plus) or (
+        "dtype=" in minus and plus.count("dtype=") < minus.count("dtype=")
+    ):
+        return "dtype"
     if "raise " in minus or "Error(" in minus:
         before, after = re.findall(r'"[^"]*"', minus), re.findall(r'"[^"]*"', plus)
         if len(before) == len(after) and before != after:
@@ -131,7 +137,8 @@ def run_group(name: str, group: dict, max_children: int) -> None:
         f"do_not_mutate = {_toml_list(base.get('do_not_mutate', []))}",
         f"also_copy = {_toml_list(base.get('also_copy', []))}",
         f"pytest_add_cli_args_test_selection = {_toml_list(group['tests'])}",
-        f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []))}",
+        "pytest_add_cli_args = "
+        + _toml_list([*base.get("pytest_add_cli_args", []), *group.get("pytest_args", [])]),
     ]
     # the project's pyproject.toml with its [tool.mutmut] tables replaced by this group's
     project = (ROOT / "pyproject.toml").read_text()
