@@ -310,6 +310,7 @@ def test_a_failed_call_is_reported_with_its_cause(
     caplog, tmp_path, name, arguments, settings, cause
 ):
     caplog.set_level(logging.ERROR, logger="entropyrl.verl.reward_failures")
+    settings = dict(settings)  # the parameter is shared by every run of this test in a process
     solution, truth = arguments
     info = {"ability": settings.pop("ability", "code" if name == "hybrid_score" else None)}
     if name == "hybrid_score":
