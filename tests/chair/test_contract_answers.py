@@ -106,3 +106,66 @@ def test_an_answer_streams_every_sentence_and_the_corpus_metrics(client):
     assert [s["metrics"] for s in short["sentences"]] == [s["metrics"] for s in full["sentences"]]
     assert full["overall_metrics"] == short["overall_metrics"]
     assert set(full) == {"sentences", "overall_metrics"}
+
+
+def _app(session_gt_file, **settings):
+    from chair_server.app import create_app
+    from chair_server.config import ServerSettings
+
+    config = ServerSettings(ground_truth=str(session_gt_file), **settings)
+    return create_app(ChairScorer.from_ground_truth(session_gt_file), config).test_client()
+
+
+def test_every_slot_taken_is_a_503_to_retry_and_a_closed_answer_frees_its_slot(
+    session_gt_file, monkeypatch
+):
+    from chair_server import app as app_module
+
+    monkeypatch.setattr(app_module, "SLOT_WAIT", 0.05)
+    client = _app(session_gt_file, workers=2)  # one scoring slot (one thread kept for /health)
+    held = client.post("/v1/chair", json={"captions": [ITEM]}, buffered=False)
+    assert held.status_code == 200  # streamed, not read yet: it holds the slot
+    busy = client.post("/v1/chair", json={"captions": [ITEM]})
+    assert busy.status_code == 503
+    assert busy.headers["Retry-After"] == "1"
+    assert busy.get_json() == {"error": "busy: every scoring slot is taken, retry shortly"}
+    assert client.get("/health").status_code == 200
+    held.close()
+    assert client.post("/v1/chair", json={"captions": [ITEM]}).status_code == 200
+
+
+def test_a_body_over_the_limit_is_a_413_naming_it(session_gt_file):
+    client = _app(session_gt_file, max_body_mb=0.01)
+    answer = client.post(
+        "/v1/chair", json={"captions": [{"image_id": 1001, "caption": "a" * 20_000}]}
+    )
+    assert answer.status_code == 413
+    assert answer.get_json() == {"error": "request body over the limit of 0.01 MiB"}
+
+
+def test_a_caption_over_its_limit_is_an_error_entry(session_gt_file):
+    client = _app(session_gt_file, max_caption_chars=10)
+    entry = client.post("/v1/chair", json={"captions": [{"image_id": 1001, "caption": "a" * 11}]})
+    assert entry.get_json()["sentences"][0]["error"] == (
+        "caption has 11 characters, more than max_caption_chars=10"
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "status"),
+    [("Bearer s3cret", 200), ("bearer   s3cret  ", 200), ("Basic s3cret", 401), ("Bearer", 401)],
+)
+def test_the_bearer_scheme_is_read_as_rfc_7235_says(session_gt_file, header, status):
+    client = _app(session_gt_file, token="s3cret")
+    answer = client.post("/v1/chair", json={"captions": [ITEM]}, headers={"Authorization": header})
+    assert answer.status_code == status
+
+
+def test_info_and_errors_keep_their_key_order(client):
+    info = client.get("/v1/info")
+    assert list(info.get_json()) == [
+        "version", "vocabulary", "categories", "num_categories", "images", "source", "max_batch",
+        "max_body_bytes",
+    ]  # fmt: skip
+    assert info.get_json()["max_batch"] == 3 and info.get_json()["num_categories"] == 80
+    assert info.data.index(b'"version"') < info.data.index(b'"categories"')  # not sorted
