@@ -83,9 +83,11 @@ def classify(diff: str) -> str:
     )
     if re.search(r"(dim=|unsqueeze\()\+1", plus) and plus.replace("+1", "-1") == minus:
         return "axis"
+    # the string literals either side, and whether the code around them is the same
     before, after = re.findall(r'"[^"]*"', minus), re.findall(r'"[^"]*"', plus)
+    strings_only = re.sub(r'"[^"]*"', '""', minus) == re.sub(r'"[^"]*"', '""', plus)
     if (
-        re.sub(r'"[^"]*"', '""', minus) == re.sub(r'"[^"]*"', '""', plus)
+        strings_only
         and [b.lower() for b in before] == [a.lower() for a in after]
         and all(b.strip('"').lower() in CODECS for b, a in zip(before, after) if b != a)
     ):
@@ -98,12 +100,8 @@ def classify(diff: str) -> str:
         "dtype=" in minus and plus.count("dtype=") < minus.count("dtype=")
     ):
         return "dtype"
-    if "raise " in minus or "Error(" in minus:
-        before, after = re.findall(r'"[^"]*"', minus), re.findall(r'"[^"]*"', plus)
-        if len(before) == len(after) and before != after:
-            same_code = re.sub(r'"[^"]*"', '""', minus) == re.sub(r'"[^"]*"', '""', plus)
-            if same_code:
-                return "wording"
+    if ("raise " in minus or "Error(" in minus) and strings_only and before != after:
+        return "wording"
     return "open"
 
 
@@ -157,11 +155,11 @@ def gather(work: Path) -> None:
         relative = meta.relative_to(work / "mutants")
         if not json.loads(meta.read_text())["exit_code_by_key"]:
             continue
+        module = str(relative)[: -len(".meta")]  # path/to/module.py
         for suffix in ("", ".meta", ".spans"):
-            source = work / "mutants" / str(relative)[: -len(".meta")]
-            source = Path(str(source) + suffix)
+            source = work / "mutants" / (module + suffix)
             if source.exists():
-                target = ROOT / "mutants" / source.relative_to(work / "mutants")
+                target = ROOT / "mutants" / (module + suffix)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
 
@@ -265,7 +263,7 @@ def report() -> str:
         "",
         "Survivors and unreached mutants by class: "
         + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
-        + ". Score: killed / (run − axis − device − equivalent); raw: killed / run.",
+        + ". Score: killed / (run − axis − device − codec − equivalent); raw: killed / run.",
         "",
         "<details><summary>Every surviving mutant</summary>",
         "",
