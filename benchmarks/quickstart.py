@@ -1,6 +1,7 @@
 """Wall and CPU time of the quick start, on an idle machine and beside a CPU-bound neighbour.
 
     python benchmarks/quickstart.py --repeats 3
+    python benchmarks/quickstart.py --first-run --repeats 3    # a new user's first and second run
 
 Runs `bash examples/quickstart.sh` (the quick start, install already done: its setup step only
 checks) with the demo's defaults, and side by side the reference settings `--vs` (by default those of the earlier quick
@@ -10,6 +11,11 @@ stopped after it). Runs alternate (A, B, A, B, ...) so that a drift of the machi
 reaches both. Prints one markdown table: medians with min-max, each condition's ratio to the same
 settings idle, and the ratio of the two settings pair by pair. A run past `--timeout` is stopped
 and counted at the timeout, marked `>`. The demo's own last line (PASS/FAIL) is kept per run.
+
+With `--first-run` the two settings are the same options in two cache states instead: "first
+run" in an empty HOME (no ~/.cache/entropyrl: tokenizer, warm-up cache, matplotlib's font cache
+all cold), then "second run" in the HOME that first run left, as a new user meets them. The
+install is done already in both (pip's downloads depend on the network and are reported apart).
 
 CPU seconds are the run's and every process it waited for (the CHAIR service), from the
 kernel's accounting (`os.wait4`), not the neighbour's.
@@ -48,10 +54,33 @@ def _busy_loop() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
+# What points a run's caches away from HOME: removed when a run gets a HOME of its own.
+CACHE_VARIABLES = ("ENTROPYRL_CACHE", "XDG_CACHE_HOME", "MPLCONFIGDIR", "HF_HOME")
+
+
+def _environment(home: Path | None) -> dict[str, str]:
+    """This process's environment, or with `home` as HOME and no cache variable pointing
+    elsewhere (a new user's account)."""
+    env = dict(os.environ)
+    if home is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        env["HOME"] = str(home)
+        for name in CACHE_VARIABLES:
+            env.pop(name, None)
+    return env
+
+
 def run_once(
-    script: list[str], args: list[str], out: Path, *, neighbour: bool, timeout: float
+    script: list[str],
+    args: list[str],
+    out: Path,
+    *,
+    neighbour: bool,
+    timeout: float,
+    home: Path | None = None,
 ) -> Run:
-    """One quick start (`script` with `args`); beside a busy loop when `neighbour`."""
+    """One quick start (`script` with `args`); beside a busy loop when `neighbour`; in `home`
+    (a HOME of its own) when given."""
     busy = _busy_loop() if neighbour else None
     try:
         if busy is not None:
@@ -61,7 +90,12 @@ def run_once(
         started = time.perf_counter()
         with log.open("w") as handle:
             process = subprocess.Popen(
-                command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                start_new_session=True,
+                env=_environment(home),
             )
             stopped = False
             while True:
@@ -135,13 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conditions", default=",".join(CONDITIONS), help="idle, neighbour or both"
     )
+    parser.add_argument(
+        "--first-run",
+        action="store_true",
+        help="compare a first run in an empty HOME with the second run in the same HOME "
+        "(--args for both; --vs unused)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run stops")
     args = parser.parse_args(argv)
     conditions = [c for c in args.conditions.split(",") if c]
     if not set(conditions) <= set(CONDITIONS) or not conditions:
         parser.error(f"--conditions: choose from {', '.join(CONDITIONS)}")
-    settings = {"quick start": shlex.split(args.args), "reference": shlex.split(args.vs)}
-    repeats = {"quick start": args.repeats, "reference": args.vs_repeats or args.repeats}
+    names = ("first run", "second run") if args.first_run else ("quick start", "reference")
+    options = [shlex.split(args.args), shlex.split(args.args if args.first_run else args.vs)]
+    settings = dict(zip(names, options, strict=True))
+    repeats = {names[0]: args.repeats, names[1]: args.vs_repeats or args.repeats}
     results: dict[tuple[str, str], list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="quickstart-bench-") as folder:
         for repeat in range(max(repeats.values())):
@@ -150,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
                     if repeat >= repeats[name]:
                         continue
                     out = Path(folder) / f"{name.replace(' ', '-')}-{condition}-{repeat}"
+                    # the second run's HOME is the one its first run left
+                    home = Path(folder) / f"home-{condition}-{repeat}" if args.first_run else None
                     run = run_once(
                         shlex.split(args.script),
                         options,
                         out,
                         neighbour=condition == "neighbour",
                         timeout=args.timeout,
+                        home=home,
                     )
                     results.setdefault((name, condition), []).append(run)
                     print(
@@ -165,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
     print(f"machine: {os.cpu_count()} cores; {os.uname().machine}; Python {sys.version.split()[0]}")
-    print(f"quick start: `{' '.join([args.script, args.args]).strip()}`")
-    print(f"reference: `{args.script} {args.vs}`\n")
+    print(f"{names[0]}: `{' '.join([args.script, args.args]).strip()}`")
+    if args.first_run:
+        print(f"{names[1]}: the same, in the HOME its first run left\n")
+    else:
+        print(f"{names[1]}: `{args.script} {args.vs}`\n")
     print(
         "| settings | condition | runs | wall s, median (min-max) | CPU s | x its idle wall "
         "| warm-up s | RL s | checks |"
@@ -189,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{_timed(runs, 'cpu')} | {ratio} | {_phase(runs, 'warm-up')} | "
                 f"{_phase(runs, 'RL')} | {_verdicts(runs)} |"
             )
-    print("\n| condition | quick start / reference, wall (median of pairs) |")
+    print(f"\n| condition | {names[0]} / {names[1]}, wall (median of pairs) |")
     print("|---|---|")
     for condition in conditions:
-        pairs = list(zip(results[("quick start", condition)], results[("reference", condition)]))
+        pairs = list(zip(results[(names[0], condition)], results[(names[1], condition)]))
         ratios = [a.wall / b.wall for a, b in pairs]
         mark = "< " if any(b.stopped for _, b in pairs) else ""
         print(f"| {condition} | {mark}{statistics.median(ratios):.2f} |")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The quick start: install (idempotent; a few seconds when nothing changed; the first time it also
-# trains the demo's warm-up once, into ~/.cache/entropyrl/warmups), then run the demo.
+# The quick start: install (idempotent; a few seconds when nothing changed), then run the demo
+# (its warm-up checkpoint ships with the package: the first run is as fast as the second).
 #
 #   bash examples/quickstart.sh                              # warm-up + EGPO with CHAIR clip bounds
 #   bash examples/quickstart.sh --compare grpo,egpo,egpo+clip --out runs/compare

@@ -186,3 +186,28 @@ def test_quickstart_benchmark_times_both_settings_in_both_conditions():
     assert "| idle | " in result.stdout and "| neighbour | " in result.stdout
     # each run's verdict is the demo's own last line (these settings are too small to pass)
     assert "stopped" not in result.stdout and "no output" not in result.stdout
+
+
+def test_quickstart_benchmark_times_a_first_run_and_the_second_in_its_home():
+    tiny = (
+        "--num-train 8 --num-test 4 --image-size 56 --max-objects 1 --hidden-size 32 "
+        "--warmup-steps 40 --warmup-batch 2 --steps 1 --prompts-per-step 2 --samples-per-prompt 2 "
+        "--max-new-tokens 4 --eval-max-new-tokens 4"
+    )
+    result = run_benchmark(
+        "quickstart.py",
+        *("--script", f"{sys.executable} -m entropyrl demo", "--repeats", "1"),
+        *("--args", tiny, "--first-run", "--conditions", "idle"),
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")
+        for line in result.stdout.splitlines()
+        if line.startswith(("| first run", "| second run"))
+    }
+    assert set(rows) == {"first run", "second run"}, result.stdout
+    warmup = {name: float(row[6].split()[0]) for name, row in rows.items()}
+    assert warmup["first run"] > 0, "an empty HOME: the warm-up is trained"
+    assert warmup["second run"] == 0, "the HOME the first run left: the warm-up from its cache"
+    assert "| idle | " in result.stdout and "first run / second run" in result.stdout

@@ -2,7 +2,7 @@
 # Install entropyrl and what it needs into the current virtual environment, idempotently.
 #
 #   bash tools/setup.sh            # library + CHAIR service + local runner (the quick start),
-#                                  # and the quick start's warm-up checkpoint, trained once
+#                                  # (its warm-up checkpoint ships with the package)
 #   bash tools/setup.sh dev        # + verl 0.9.1, pytest, hypothesis, ruff, pycocoevalcap (the tests)
 #
 # It installs only into a virtual environment (venv or conda; ENTROPYRL_INSTALL_ANYWHERE=1 to
@@ -49,8 +49,9 @@ fingerprint="$fingerprint $("$python" -c 'import sys; print(sys.prefix)')"
 # install would otherwise shadow it).
 installed_root=$(cd / && "$python" -c 'import os, entropyrl; print(os.path.dirname(os.path.dirname(os.path.realpath(entropyrl.__file__))))' 2>/dev/null || true)
 # The quick start's supervised warm-up is most of its compute and the same on every run with
-# the default settings, so installing the quick start trains it once into the cache
-# (`entropyrl demo --warmup-only`; docs/quickstart.md). When it is there, this takes a second.
+# the default settings: its checkpoint ships with the package, and where it is not there (a
+# changed default) installing the quick start trains it once into the cache (`entropyrl demo
+# --warmup-only`; docs/quickstart.md). When either has it, this takes a second.
 warmup_checkpoint() {
   if [ "$profile" = quickstart ] && [ "${ENTROPYRL_SETUP_WARMUP:-1}" != 0 ] && [ "$dry_run" != 1 ]; then
     "$python" -m entropyrl demo --warmup-only

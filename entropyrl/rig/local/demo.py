@@ -33,7 +33,7 @@ from entropyrl.rig.local.report import (
     plot_curves,
     write_summary,
 )
-from entropyrl.rig.local.runner import CaptionSession, MetricsLog, run_rl
+from entropyrl.rig.local.runner import CaptionSession, MetricsLog, run_rl, warmup_source
 
 __all__ = ["PHASE_SECONDS", "expected_seconds", "main", "prepare_warmup", "run_caption_demo"]
 
@@ -70,11 +70,7 @@ def run_caption_demo(cfg: DemoConfig) -> dict[str, Any]:
         setup_seconds = time.perf_counter() - started
         warm = session.warm_up(log)
         if warm["cached"]:
-            print(
-                f"warm-up: the checkpoint of an earlier run with these settings ({warm['cache']}; "
-                "--no-warmup-cache trains it again)",
-                flush=True,
-            )
+            print(f"warm-up: {warmup_source(warm)}", flush=True)
         set_position("the held-out evaluation after warm-up")
         before, before_records = session.evaluate()
         log.write("eval", 0, before, variant="warm-up")
@@ -152,26 +148,26 @@ def output_folder(out: str, overwrite: bool) -> str:
     return f"{out}-{number}"
 
 
-def warmup_cached(cfg: DemoConfig) -> bool:
-    """Whether the captioning warm-up of `cfg` is in the cache (and the cache is on)."""
+def stored_warmup_of(cfg: DemoConfig) -> Any:
+    """The stored warm-up a run of `cfg` would load (cache or package), or None."""
     from entropyrl.models.loading import pick_device
-    from entropyrl.rig.local.warmup_cache import warmup_entry
+    from entropyrl.rig.local.warmup_cache import stored_warmup
 
-    if not cfg.warmup_cache or cfg.model:
-        return False
-    return warmup_entry(cfg, cfg.seed, pick_device(cfg.device).type).filled
+    return stored_warmup(cfg, cfg.seed, pick_device(cfg.device).type, cfg.task)
 
 
 def prepare_warmup(cfg: DemoConfig) -> int:
     """`entropyrl demo --warmup-only`: the warm-up checkpoint of `cfg` into the cache (what the
-    quick start's install step does once), or nothing when it is there already."""
+    quick start's install step runs), or nothing when it is in the cache or the package."""
     import tempfile
 
     if cfg.task != "captioning" or cfg.model or not cfg.warmup_cache:
         print("error: --warmup-only caches the captioning warm-up of a tiny model", file=sys.stderr)
         return 2
-    if warmup_cached(cfg):
-        print("warm-up checkpoint: in the cache")
+    stored = stored_warmup_of(cfg)
+    if stored is not None:
+        where = "shipped with entropyrl" if stored.shipped else "in the cache"
+        print(f"warm-up checkpoint: {where}")
         return 0
     print(
         f"warm-up checkpoint: training it for these settings, once ({expected_seconds(cfg, rl=False):.0f} s "
@@ -218,10 +214,10 @@ def expected_seconds(cfg: DemoConfig, *, warmup: bool = True, rl: bool = True) -
 
 def _expectation(cfg: DemoConfig) -> str:
     """The start line's estimate: from the cache, or the warm-up trained first."""
-    if warmup_cached(cfg):
-        how = (
-            f"about {expected_seconds(cfg, warmup=False):.0f} s (the warm-up comes from the cache)"
-        )
+    stored = stored_warmup_of(cfg)
+    if stored is not None:
+        where = "is shipped with entropyrl" if stored.shipped else "comes from the cache"
+        how = f"about {expected_seconds(cfg, warmup=False):.0f} s (the warm-up {where})"
     else:
         how = (
             f"about {expected_seconds(cfg):.0f} s (the warm-up is trained first; a later run with "

@@ -41,7 +41,7 @@ from entropyrl.rig.local.policy import forbidden_token_ids, greedy_texts
 from entropyrl.rig.local.progress import set_position
 from entropyrl.rig.local.report import Curve, HeldOut, markdown_table, plot_curves, write_summary
 from entropyrl.rig.local.rl import RewardOutput
-from entropyrl.rig.local.runner import MetricsLog, run_rl, run_warmup
+from entropyrl.rig.local.runner import MetricsLog, run_rl, warm_up_or_load, warmup_source
 
 __all__ = [
     "FLAWS",
@@ -333,20 +333,15 @@ def rl_summary(history: Sequence[dict[str, float]]) -> dict[str, float]:
     }
 
 
-def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
-    """Warm-up, then each variant (`--compare`, default grpo,egpo) from the same checkpoint."""
+def build_function_calling(cfg: DemoConfig) -> tuple[Any, FunctionCallingTask]:
+    """The demo's model (a tiny Qwen2 built from `cfg`'s seed, or `--model`) on its device, and
+    its task; raises `cfg.max_new_tokens` to fit the longest answer."""
     from entropyrl.models.loading import load_pretrained, pick_device
     from entropyrl.rig.tiny import TinyModelConfig, build_tiny_qwen2, seed_everything
     from entropyrl.rig.tokenizer import build_qwen_tokenizer
 
-    if not cfg.compare:
-        cfg.compare = "grpo,egpo"
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = MetricsLog(out / "metrics.jsonl")
-    started = time.perf_counter()
     if cfg.model:
         model, tokenizer = load_pretrained(cfg.model, vision=False)
     else:
@@ -363,7 +358,21 @@ def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
     longest = max(len(tokenizer.encode(q.answer(FLAWS[q.name]))) for q in queries[:50])
     max_tokens = max(len(tokenizer.encode(q.answer())) for q in queries) + 4
     cfg.max_new_tokens = max(cfg.max_new_tokens, longest + 4, max_tokens)
-    warm = run_warmup(model, task, cfg, steps=cfg.warmup_steps, seed=cfg.seed, log=log)
+    return model, task
+
+
+def run_function_calling_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Warm-up, then each variant (`--compare`, default grpo,egpo) from the same checkpoint."""
+    if not cfg.compare:
+        cfg.compare = "grpo,egpo"
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = MetricsLog(out / "metrics.jsonl")
+    started = time.perf_counter()
+    model, task = build_function_calling(cfg)
+    warm = warm_up_or_load(model, task, cfg, seed=cfg.seed, log=log, task_name="function-calling")
+    if warm["cached"]:
+        print(f"warm-up: {warmup_source(warm)}", flush=True)
     set_position("the held-out evaluation after warm-up")
     before, before_records = task.evaluate(model, max_new_tokens=cfg.max_new_tokens)
     log.write("eval", 0, before, variant="warm-up")

@@ -245,7 +245,7 @@ def _frozen_copy(model: Any) -> Any:
     return ref
 
 
-class _RecordingLog:
+class RecordingLog:
     """Keeps every line a phase logs (for the warm-up cache) and passes it on to `log`."""
 
     def __init__(self, log: MetricsLog | None) -> None:
@@ -260,6 +260,51 @@ class _RecordingLog:
 
 def _metrics_of(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("phase", "step")}
+
+
+def warm_up_or_load(
+    model: Any,
+    task: Any,
+    cfg: DemoConfig,
+    *,
+    seed: int,
+    log: MetricsLog | None,
+    task_name: str = "captioning",
+) -> dict[str, Any]:
+    """`run_warmup` with `cfg`'s settings, or, with `warmup_cache` on, the stored checkpoint
+    of the same settings (entropyrl.rig.local.warmup_cache: the cache's, else the package's):
+    its weights, result and log lines. The result says which: `cached` (loaded at all),
+    `shipped` (from the package) and `cache` (its folder). A trained one goes into the cache."""
+    from entropyrl.rig.local.warmup_cache import stored_warmup, warmup_entry
+
+    device = next(model.parameters()).device.type
+    stored = stored_warmup(cfg, seed, device, task_name)
+    if stored is not None:
+        state, result, records = stored.load()
+        model.load_state_dict(state)
+        for record in records if log is not None else ():
+            log.write(record["phase"], record["step"], _metrics_of(record))
+        return {**result, "cached": True, "shipped": stored.shipped, "cache": str(stored.folder)}
+    recorded = RecordingLog(log)
+    result = run_warmup(model, task, cfg, steps=cfg.warmup_steps, seed=seed, log=recorded)
+    if cfg.warmup_cache and not cfg.model:
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        warmup_entry(cfg, seed, device, task_name).save(state, result, recorded.records)
+    return {**result, "cached": False, "shipped": False}
+
+
+def warmup_source(warm: dict[str, Any]) -> str:
+    """Where a loaded warm-up (`warm_up_or_load`'s result) came from, for the run's log."""
+    if warm.get("shipped"):
+        return (
+            "the checkpoint shipped with entropyrl for these settings (trained by "
+            "tools/ship_warmups.py, checked against a fresh training by the tests; "
+            "--no-warmup-cache trains it again)"
+        )
+    return (
+        f"the checkpoint of an earlier run with these settings ({warm['cache']}; "
+        "--no-warmup-cache trains it again)"
+    )
 
 
 class CaptionSession:
@@ -311,28 +356,8 @@ class CaptionSession:
             raise
 
     def warm_up(self, log: MetricsLog | None) -> dict[str, Any]:
-        """`run_warmup` with this session's settings, or, with `warmup_cache` on, the stored
-        checkpoint of a run with the same settings (entropyrl.rig.local.warmup_cache): the same
-        weights, result and log lines. The result says which (`cached`)."""
-        from entropyrl.rig.local.warmup_cache import warmup_entry
-
-        cfg = self.cfg
-        entry = None
-        if cfg.warmup_cache and not cfg.model:
-            entry = warmup_entry(cfg, self.seed, self.device.type)
-            if entry.filled:
-                state, result, records = entry.load()
-                self.model.load_state_dict(state)
-                for record in records if log is not None else ():
-                    log.write(record["phase"], record["step"], _metrics_of(record))
-                return {**result, "cached": True, "cache": str(entry.folder)}
-        recorded = _RecordingLog(log)
-        result = run_warmup(
-            self.model, self.task, cfg, steps=cfg.warmup_steps, seed=self.seed, log=recorded
-        )
-        if entry is not None:
-            entry.save(self.state(), result, recorded.records)
-        return {**result, "cached": False}
+        """`warm_up_or_load` with this session's model, task and settings."""
+        return warm_up_or_load(self.model, self.task, self.cfg, seed=self.seed, log=log)
 
     def task_for(self, cfg: DemoConfig) -> Any:
         """This session's `CaptionTask` with `cfg`'s reward weights (a study variant may train

@@ -134,6 +134,9 @@ def test_tiny_demo_runs_and_repeats(tmp_path, small_tokenizer):
     for name in ("metrics.jsonl", "summary.md", "summary.json", "curves.png"):
         assert (tmp_path / "a" / name).is_file()
     second = run(tmp_path / "b")
+    assert (first["warmup"]["cached"], second["warmup"]["cached"]) == (False, True), (
+        "the second run loads the first one's warm-up from the cache"
+    )
     for key in ("grpo", "egpo"):  # same seed, same numbers (NaN included, hence JSON)
         for part in ("eval", "rl"):
             assert json.dumps(second["variants"][key][part], sort_keys=True) == json.dumps(
