@@ -37,7 +37,9 @@
 #   EXPERIMENT          entropyrl (the recipe, default), baseline (GRPO, no schedule), penalty
 #                       (GRPO, reward CIDEr-D - 1.0 x hallucinated mentions) or reversed (clean
 #                       0.5 / hallucinating 0.3) or clip_low (per-sample clip_low from CHAIR_i:
-#                       clean 0.2 / hallucinating 0.4): each under its own experiment name, which
+#                       clean 0.2 / hallucinating 0.4) or token_penalty (-1.0 on the advantage of
+#                       each hallucinated mention's tokens) or token_clip (those tokens clipped
+#                       at low 0.2 / high 0.5): each under its own experiment name, which
 #                       carries the model (chair_mscoco_qwen2_5_vl_7b_baseline for
 #                       MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct), so each model's set has its own
 #                       checkpoint folders; compared by MODEL_PATH=... examples/eval_chair_mscoco.sh

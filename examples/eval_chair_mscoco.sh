@@ -8,7 +8,7 @@
 # usage: bash examples/eval_chair_mscoco.sh [--dry-run] [--out DIR] [entropyrl eval caption flags]
 #        bash examples/eval_chair_mscoco.sh --smoke [--out DIR]
 #   e.g. MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct bash examples/eval_chair_mscoco.sh: the 7B base
-#        and its five EXPERIMENT runs of examples/chair_mscoco.sh, into
+#        and its seven EXPERIMENT runs of examples/chair_mscoco.sh, into
 #        eval/chair_mscoco_qwen2_5_vl_7b (the folder carries the model unless --out names one)
 #
 # --smoke: on the CPU, the caption smoke's checkpoint (SMOKE_RUN; `bash examples/chair_mscoco.sh
@@ -23,9 +23,10 @@
 #   CKPT_ROOT     verl's checkpoint root of the runs (default ./checkpoints/entropyrl, where verl
 #                 writes when training ran from this folder)
 #   RUNS          NAME=EXPERIMENT_NAME pairs, each $CKPT_ROOT/<experiment name> (default:
-#                 MODEL_PATH's five runs; for Qwen/Qwen2.5-VL-7B-Instruct
+#                 MODEL_PATH's seven runs; for Qwen/Qwen2.5-VL-7B-Instruct
 #                 "baseline=chair_mscoco_qwen2_5_vl_7b_baseline entropyrl=..._entropyrl
-#                 penalty=..._penalty reversed=..._reversed clip_low=..._clip_low"); a run without a checkpoint is
+#                 penalty=..._penalty reversed=..._reversed clip_low=..._clip_low token_penalty=...
+#                 token_clip=..."); a run without a checkpoint is
 #                 left out with a note
 #   DATA_DIR      output of `entropyrl prepare coco` (default data/coco): test.parquet holds the
 #                 held-out images the CHAIR set is drawn from

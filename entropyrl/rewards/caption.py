@@ -55,6 +55,7 @@ from entropyrl.rewards.token_spans import caption_positions
 
 __all__ = [
     "CAPTION_FIELDS",
+    "SPANS_KEY",
     "TOKEN_POSITIONS_KEY",
     "CaptionReward",
     "CaptionRewardResult",
@@ -73,10 +74,16 @@ CAPTION_FIELDS = (
     "words",
     "chair_ok",
     "chair_fallback",
+    "hallucinated_spans",
 )
 # the response token indices of each caption's hallucinated mentions (entropyrl.verl.hooks
 # reads the same key from the reward's extra info)
 TOKEN_POSITIONS_KEY = "hallucinated_token_positions"
+# the [start, end) character spans of each caption's hallucinated mentions, as a JSON string
+# (None: CHAIR did not score it, or answered without spans): under verl the reward sees only
+# the decoded string, so the entropy-aware trainer maps them to the response's own token ids
+# (entropyrl.verl.hooks.token_positions_from_spans); a string, which verl's means leave out
+SPANS_KEY = "hallucinated_spans"
 
 
 @runtime_checkable
@@ -147,6 +154,7 @@ class CaptionRewardResult(Sequence[Score]):
             "words": float(self.words[i]) if self.words is not None else float("nan"),
             "chair_ok": ok,
             "chair_fallback": fallback,
+            SPANS_KEY: self._spans_json(i),
             TOKEN_POSITIONS_KEY: (
                 None if self.hallucinated_positions is None else self.hallucinated_positions[i]
             ),
@@ -155,6 +163,10 @@ class CaptionRewardResult(Sequence[Score]):
 
     def __iter__(self) -> Iterator[Score]:
         return (self[i] for i in range(len(self)))
+
+    def _spans_json(self, i: int) -> str | None:
+        found = None if self.hallucinated_spans is None else self.hallucinated_spans[i]
+        return None if found is None else json.dumps([[int(a), int(b)] for a, b in found])
 
     def metrics(self) -> dict[str, float]:
         """Batch means for logging; CHAIR means only over captions CHAIR could score."""

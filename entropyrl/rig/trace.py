@@ -66,6 +66,10 @@ def _first_token_values(values: torch.Tensor, response_mask: torch.Tensor) -> li
     return out
 
 
+# the token mechanisms' [B, T] mask, as entropyrl.verl.loss.HALLUCINATED_FIELD names it
+HALLUCINATED_KEY = "hallucinated_tokens"
+
+
 def token_values(values: torch.Tensor | None, response_mask: torch.Tensor) -> list[Any]:
     """Each row's values on its response tokens ([B, T] -> B lists); None rows without values."""
     if values is None:
@@ -226,6 +230,10 @@ def worker_rows(
     )
     old_log_probs = token_values(padded(_field(data, "old_log_probs")), mask)
     current = token_values(None if log_probs is None else padded(log_probs), mask)
+    hallucinated = _field(data, HALLUCINATED_KEY)
+    if hallucinated is not None:  # the token clip's mask, as the loss reads it
+        for row, values in zip(rows, token_values(padded(hallucinated), mask)):
+            row[HALLUCINATED_KEY] = values
     for row, values, now in zip(rows, old_log_probs, current):
         row["old_log_probs"] = values
         row["log_probs"] = now
@@ -246,6 +254,7 @@ def driver_rows(
     scores: torch.Tensor | None = None,
     groups: Sequence[Any] | None = None,
     reward_parts: Sequence[dict[str, Any] | None] | None = None,
+    hallucinated: torch.Tensor | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for one step of the entropy-aware trainer, in the order of its (balanced) batch.
 
@@ -255,7 +264,8 @@ def driver_rows(
     GRPO group (`group`: verl's uid) and response tokens, so a step's advantages can be computed
     again from the trace; `run` (the trainer's process id) tells a resumed run's rows apart;
     `reward_parts` is what the reward reported beside the score (its extra info), so the score
-    can be recomposed from its parts.
+    can be recomposed from its parts; with a token mechanism on, `hallucinated_tokens` is the
+    trainer's 0/1 mask on each response token (the key is absent otherwise).
     """
     mask = tensors["response_mask"]
     rows = sample_rows(
@@ -301,6 +311,9 @@ def driver_rows(
             group=group,
             reward_parts=None if parts is None else {k: _plain(v) for k, v in parts.items()},
         )
+    if hallucinated is not None:
+        for row, values in zip(rows, token_values(hallucinated, mask)):
+            row[HALLUCINATED_KEY] = values
     return rows
 
 

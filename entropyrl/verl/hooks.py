@@ -11,6 +11,7 @@ sample's hallucinated mentions from the reward's extra info.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,10 +27,12 @@ from entropyrl.core.token_credit import (
     hallucinated_token_share,
     token_penalty_advantage,
 )
-from entropyrl.verl.inputs import Step
 
-# The caption reward's extra-info key: response token indices of the hallucinated mentions.
-TOKEN_POSITIONS_KEY = "hallucinated_token_positions"
+# The caption reward's extra-info keys: response token indices of the hallucinated mentions
+# (a reward that knows them), and their character spans in the decoded response as a JSON
+# string (the caption reward under verl).
+from entropyrl.rewards.caption import SPANS_KEY, TOKEN_POSITIONS_KEY
+from entropyrl.verl.inputs import Step
 
 
 def build_step(
@@ -314,6 +317,71 @@ def hallucinated_tokens_from_extra_fields(
     return hallucinated_token_mask(positions, response_mask)
 
 
+def _spans(value: Any) -> list[list[int]] | None:
+    value = _unwrap(value)
+    if value is None:
+        return None
+    try:
+        spans = json.loads(value) if isinstance(value, str) else value
+        return [[int(a), int(b)] for a, b in spans]
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"reward extra info {SPANS_KEY!r} must be a JSON list of [start, end] character "
+            f"spans, got {value!r}"
+        ) from None
+
+
+def token_positions_from_spans(
+    extra_fields: Sequence[Any] | None,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    tokenizer: Any,
+) -> list[list[int] | None]:
+    """Each row's hallucinated response token indices, from its reward's character spans.
+
+    Args:
+        extra_fields: per row, verl's extra fields (the reward's extra info inside), or None.
+        responses: LongTensor[B, T] response ids, padded.
+        response_mask: Tensor[B, T]; a row's response is its ids up to its last masked token.
+        tokenizer: the model's tokenizer, which verl's reward manager decoded the responses
+            with (``skip_special_tokens=True``): the spans index that string.
+
+    Returns:
+        Per row, the indices (0 = first response token) of the tokens overlapping a span
+        (`entropyrl.rewards.token_spans`), or None where the reward gave neither spans nor
+        positions (CHAIR did not score the caption). A row with `TOKEN_POSITIONS_KEY` and no
+        spans keeps those positions. ValueError when a span lies past the decoded response
+        (the reward scored another string).
+    """
+    from entropyrl.rewards.token_spans import hallucinated_positions, response_offsets
+
+    batch = response_mask.shape[0]
+    rows = [None] * batch if extra_fields is None else list(extra_fields)
+    if len(rows) != batch:
+        raise ValueError(f"extra_fields has {len(rows)} rows, the batch has {batch}")
+    mask = response_mask.bool()
+    # each row's response: its ids up to its last response token
+    lengths = torch.where(
+        mask.any(dim=1), mask.shape[1] - mask.flip(1).int().argmax(dim=1), 0
+    ).tolist()
+    out: list[list[int] | None] = []
+    for b, fields in enumerate(rows):
+        info = _reward_info(fields)
+        spans = None if info is None else _spans(info.get(SPANS_KEY))
+        if spans is None:
+            out.append(None if info is None else _positions(info.get(TOKEN_POSITIONS_KEY)))
+            continue
+        text, offsets = response_offsets(tokenizer, responses[b, : lengths[b]].tolist())
+        if any(end > len(text) for _, end in spans):
+            raise ValueError(
+                f"row {b}: a hallucinated span ends past the decoded response ({len(text)} "
+                f"characters): the reward scored another string than "
+                "tokenizer.decode(response, skip_special_tokens=True)"
+            )
+        out.append(hallucinated_positions(spans, offsets))
+    return out
+
+
 def token_credit_metrics(
     hallucinated: torch.Tensor,
     response_mask: torch.Tensor,
@@ -336,7 +404,8 @@ def require_token_positions(scored: torch.Tensor, valid: torch.Tensor | None, wh
     real = scored if valid is None else scored[valid]
     if real.numel() and not bool(real.any()):
         raise ValueError(
-            f"{what} is on but no sample of this step reports {TOKEN_POSITIONS_KEY!r}: use the "
+            f"{what} is on but no sample of this step reports {SPANS_KEY!r} or "
+            f"{TOKEN_POSITIONS_KEY!r}: use the "
             "caption reward with CHAIR spans (entropyrl.rewards.caption)"
         )
 

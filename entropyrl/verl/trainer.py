@@ -10,6 +10,10 @@ estimator call stay verl's):
 - each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high` (the clip
   schedule) and `clip_low` (the clip-low schedule), written next to `advantages` so every
   mini-batch and PPO epoch of the actor update carries them;
+- with the token penalty or the token clip on, each sample's hallucinated mentions (the
+  caption reward's character spans) are mapped onto its response token ids with the model's
+  tokenizer: the penalty subtracts `beta` from those tokens' advantages after the estimator,
+  the token clip writes the [B, T] `hallucinated_tokens` mask beside `advantages` for the loss;
 - samples the CHAIR service gave no answer for are bounded by
   `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.chair_fallback`: a warning per step,
   past the limit a stop naming the service and the node; `CHAIR_OPTIONAL=1` lifts it);
@@ -18,10 +22,14 @@ estimator call stay verl's):
   response tokens).
 After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
 `per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged: whenever a
-schedule is on (`algorithm.clip_schedule.enable` or `algorithm.clip_low_schedule.enable`, each
-the one switch; `policy_loss.loss_mode` may stay verl's default) or the config names that loss.
+schedule or the token clip is on (`algorithm.clip_schedule.enable`,
+`algorithm.clip_low_schedule.enable`, `algorithm.token_clip.enable`, each the one switch;
+`policy_loss.loss_mode` may stay verl's default) or the config names that loss.
 
 Collaborators, none of which changes an object of verl's:
+- `entropyrl.verl.transfer` reads the step's fields from TransferQueue and writes ours beside
+  `advantages` in verl's layout; `entropyrl.verl.hooks` holds the per-step formulas' adapters
+  (CHAIR_i to bounds, spans to tokens, the penalty, the metrics);
 - `entropyrl.verl.node_checks` runs one Ray task per node before any worker starts: the data
   files, one image, the model folder and the CHAIR service (with that node's token) must be
   reachable there, or the run stops with a line naming the node;
@@ -47,14 +55,13 @@ from typing import Any
 
 import ray
 import torch
-import transfer_queue as tq
-from tensordict import TensorDict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
+from entropyrl.core.token_credit import hallucinated_token_mask
 from entropyrl.verl import chair_fallback, node_checks
 from entropyrl.verl.checks import checkpoints
 from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
@@ -67,11 +74,21 @@ from entropyrl.verl.hooks import (
     chair_status_metrics,
     clip_high_from_chair,
     clip_low_from_chair,
+    require_token_positions,
     reward_infos,
     reward_part_metrics,
+    token_credit_metrics,
+    token_penalty_from_step,
+    token_positions_from_spans,
 )
 from entropyrl.verl.inputs import with_step
-from entropyrl.verl.loss import CLIP_FIELD, CLIP_LOW_FIELD, LOSS_NAME, PerSampleClipPPOLoss
+from entropyrl.verl.loss import (
+    CLIP_FIELD,
+    CLIP_LOW_FIELD,
+    HALLUCINATED_FIELD,
+    LOSS_NAME,
+    PerSampleClipPPOLoss,
+)
 from entropyrl.verl.names import VERL_TRAINER_MODE
 from entropyrl.verl.recorder import recorder
 from entropyrl.verl.rewards import CAPTION_REWARD_NAME
@@ -86,6 +103,14 @@ from entropyrl.verl.run_log import (
 )
 from entropyrl.verl.sampling import CountedSampler, SampleAccounting
 from entropyrl.verl.tensors import padded
+from entropyrl.verl.transfer import (
+    available,
+    fetch_step_fields,
+    get_fields,
+    put_fields,
+    put_per_token,
+    step_field_names,
+)
 
 __all__ = [
     "RESOLVED_CONFIG_ENV",  # where they were before run_log: kept importable from here
@@ -97,51 +122,8 @@ __all__ = [
 ]
 
 TRAINER_MODE = VERL_TRAINER_MODE
-_TENSOR_FIELDS = ("entropy", "old_log_probs", "ref_log_prob", "responses", "response_mask")
 # CHAIR values a caption the service could not score carries as NaN (entropyrl.verl.rewards)
 CHAIR_VALUES = ("chair_i", "chair_s", "recall", "hallucinated")
-
-
-def _available(batch: Any, names: tuple[str, ...]) -> list[str]:
-    """Those of `names` the batch's metadata lists (fields written before the old-log-prob
-    pass, such as the dataset's `index` and the reward's `extra_fields`)."""
-    fields = getattr(batch, "fields", None)
-    return list(names) if fields is None else [name for name in names if name in fields]
-
-
-def step_field_names(config: Any, use_reference_policy: bool) -> list[str]:
-    """The per-token fields verl 0.9.1 has written to TransferQueue when advantages are computed.
-
-    From the config, not from the batch's metadata: the driver's `KVBatchMeta` is the one the
-    old-log-prob pass returned, and the reference pass writes `ref_log_prob` after it without
-    refreshing it, so the metadata would leave the reference out. In rollout-correction bypass
-    mode the old log-probs are the rollout's and verl computes no entropy.
-    """
-    correction = config.algorithm.get("rollout_correction", None)
-    bypass = bool(correction and correction.get("bypass_mode", False))
-    names = ["responses", "response_mask", "old_log_probs"]
-    if not bypass:
-        names.append("entropy")
-    if use_reference_policy:
-        names.append("ref_log_prob")
-    return names
-
-
-def fetch_step_fields(
-    batch: Any, names: list[str]
-) -> tuple[dict[str, torch.Tensor | None], list[Any] | None]:
-    """Padded [B, T] tensors of `names` (None for the others of `_TENSOR_FIELDS`) and the
-    per-sample extra fields (the reward's extra info), fetched by key."""
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
-    tensors = {name: padded(data.get(name, None)) for name in _TENSOR_FIELDS}
-    extra = None
-    if _available(batch, ("extra_fields",)):
-        got = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
-        )
-        if "extra_fields" in got:
-            extra = list(got["extra_fields"])
-    return tensors, extra
 
 
 def scored_chair_values(reward_extra_infos: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -232,33 +214,39 @@ class EntropyPPOTrainer(PPOTrainerSync):
         actor = self.config.actor_rollout_ref.actor
         loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
         high, low = self.specs.clip_schedule, self.specs.clip_low_schedule
+        token_clip = self.specs.token_clip
         # checked before Ray by the config validation; again here for a run started another way
         problems = [
             schedule_loss_problem(high.enable, loss_mode, high.SECTION),
             schedule_loss_problem(low.enable, loss_mode, low.SECTION),
+            schedule_loss_problem(token_clip.enable, loss_mode, token_clip.SECTION),
             schedule_bound_problem(high, actor.get("clip_ratio_high"), key="clip_ratio_high"),
             schedule_bound_problem(low, actor.get("clip_ratio_low"), key="clip_ratio_low"),
         ]
         problem = next((p for p in problems if p), None)
         if problem:
             raise ValueError(problem)
-        if high.enable or low.enable or loss_mode == LOSS_NAME:
+        if high.enable or low.enable or token_clip.enable or loss_mode == LOSS_NAME:
             from verl.trainer.distillation import is_distillation_enabled
 
             if is_distillation_enabled(self.config.get("distillation")):
                 # The workers' distillation loss would be replaced by plain ppo_loss.
                 raise ValueError(f"policy_loss.loss_mode={LOSS_NAME} does not support distillation")
-            self.actor_rollout_wg.set_loss_fn(PerSampleClipPPOLoss(per_sample_clip_actor(actor)))
+            bounds = (token_clip.low, token_clip.high) if token_clip.enable else None
+            self.actor_rollout_wg.set_loss_fn(
+                PerSampleClipPPOLoss(per_sample_clip_actor(actor), token_clip=bounds)
+            )
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         estimator = str(self.config.algorithm.adv_estimator)
         ours = estimator in VERL_ESTIMATORS
         wants_clip = self.specs.clip_schedule.enable or self.specs.clip_low_schedule.enable
+        wants_tokens = self.specs.token_penalty.enable or self.specs.token_clip.enable
         trace = recorder()  # the smoke's per-sample rows, when the run asks for them
         tracing = trace is not None
         # The caption reward's parts are logged even where verl alone would do (GRPO, no schedule).
         caption = self.config.reward.custom_reward_function.get("name") == CAPTION_REWARD_NAME
-        if not ours and not wants_clip and not tracing and not caption:
+        if not ours and not wants_clip and not wants_tokens and not tracing and not caption:
             return super()._compute_advantage(batch, metrics)
         names = step_field_names(self.config, bool(self.use_reference_policy))
         tensors, extra_fields = fetch_step_fields(batch, names)
@@ -296,20 +284,65 @@ class EntropyPPOTrainer(PPOTrainerSync):
         metrics.update(clip_metrics)
         metrics.update(chair_status_metrics(extra_fields, valid))
         metrics.update(reward_part_metrics(extra_fields, valid))
-        if tracing:
-            self._trace(trace, batch, tensors, (clip_high, clip_low), chair_i, valid, extra_fields)
+        hallucinated = None
+        if wants_tokens:
+            hallucinated, token_metrics = self._hallucinated_tokens(tensors, extra_fields, valid)
+            metrics.update(token_metrics)
+            if self.specs.token_penalty.enable:  # after the estimator: -beta on those tokens
+                batch = self._penalise_tokens(
+                    batch, hallucinated, tensors["response_mask"], metrics
+                )
+        if tracing:  # after the penalty: the advantages the loss reads
+            self._trace(
+                trace,
+                batch,
+                tensors,
+                (clip_high, clip_low),
+                chair_i,
+                valid,
+                extra_fields,
+                hallucinated=hallucinated,
+            )
+        if hallucinated is not None and self.specs.token_clip.enable:
+            batch = put_per_token(batch, {HALLUCINATED_FIELD: hallucinated})
         bounds = {
             name: value
             for name, value in ((CLIP_FIELD, clip_high), (CLIP_LOW_FIELD, clip_low))
             if value is not None
         }
         if bounds:  # beside `advantages`: every mini-batch and PPO epoch carries them
-            batch = tq.kv_batch_put(
-                keys=batch.keys,
-                partition_id=batch.partition_id,
-                fields=TensorDict(bounds, batch_size=len(batch)),
-            )
+            batch = put_fields(batch, bounds)
         return batch
+
+    def _hallucinated_tokens(
+        self,
+        tensors: dict[str, torch.Tensor | None],
+        extra_fields: list[Any] | None,
+        valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This step's [B, T] hallucinated-token mask (the reward's spans on the response ids)
+        and its `token_credit/*` metrics; a step where no real row reports them stops."""
+        mask = tensors["response_mask"]
+        positions = token_positions_from_spans(
+            extra_fields, tensors["responses"], mask, self.tokenizer
+        )
+        hallucinated, scored = hallucinated_token_mask(positions, mask)
+        section = "token_penalty" if self.specs.token_penalty.enable else "token_clip"
+        require_token_positions(scored, valid, f"algorithm.{section}")
+        return hallucinated, token_credit_metrics(hallucinated, mask, scored, valid)
+
+    def _penalise_tokens(
+        self, batch: Any, hallucinated: torch.Tensor, response_mask: torch.Tensor, metrics: dict
+    ) -> Any:
+        """verl's advantages with -beta on the hallucinated tokens, written back in place."""
+        moved, penalty_metrics = token_penalty_from_step(
+            padded(get_fields(batch, ["advantages"])["advantages"]),
+            hallucinated,
+            response_mask,
+            beta=self.specs.token_penalty.beta,
+        )
+        metrics.update(penalty_metrics)
+        return put_per_token(batch, {"advantages": moved})
 
     def _judge_chair_fallbacks(self, extra_fields: list[Any] | None, valid: torch.Tensor) -> None:
         """Warn about, or stop for, this step's samples without a CHAIR answer."""
@@ -331,10 +364,11 @@ class EntropyPPOTrainer(PPOTrainerSync):
         chair_i: torch.Tensor,
         valid: torch.Tensor,
         extra_fields: list[Any] | None,
+        *,
+        hallucinated: torch.Tensor | None = None,
     ) -> None:
         """Record what this step computed per sample (`entropyrl.rig.trace`)."""
-        names = ["advantages", "uid", "rm_scores", *_available(batch, ("index",))]
-        got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+        got = get_fields(batch, ["advantages", "uid", "rm_scores", *available(batch, ("index",))])
         index = got.get("index", None)
         scores = padded(got.get("rm_scores", None))
         rows = trace.driver_rows(
@@ -350,6 +384,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
             scores=None if scores is None else scores.sum(dim=-1),
             groups=trace.row_values(got.get("uid", None), len(batch)),
             reward_parts=None if extra_fields is None else reward_infos(extra_fields),
+            hallucinated=hallucinated,
         )
         trace.write("driver", rows)
 

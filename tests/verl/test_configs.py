@@ -203,11 +203,15 @@ def _main_ppo(repo_root, tmp_path, *overrides: str, env=None):
             "algorithm.clip_schedule.enable=true (both set hallucinating samples' bounds): set "
             "one of them false",
         ),
-        (  # applied by the local runner only: under verl it would train as if off
-            ("algorithm.clip_schedule.enable=false", "algorithm.token_clip.enable=true"),
-            "error: algorithm.token_clip.enable=true is not applied under verl yet (the run "
-            "would train without it); it runs on the local runner (entropyrl demo "
-            "--token-clip-enable); set algorithm.token_clip.enable=false",
+        (  # the token clip trains with the per-sample loss: another loss contradicts it
+            (
+                "algorithm.clip_schedule.enable=false",
+                "algorithm.token_clip.enable=true",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+            ),
+            "error: algorithm.token_clip.enable=true trains with the per_sample_clip loss, which "
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gspo contradicts; drop the loss_mode "
+            "override, or set algorithm.token_clip.enable=false",
         ),
         (
             ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",),

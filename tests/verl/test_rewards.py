@@ -113,13 +113,20 @@ def test_caption_reward_batches_one_chair_call(compose, cider_df, chair_service)
             "words",
             "chair_ok",
             "chair_fallback",
+            "hallucinated_spans",
         }
         assert row["words"] == len(CAPTIONS[i][1].rstrip(".").split())
+        # each hallucinated mention's [start, end) in the caption, as a JSON string
+        spans = json.loads(row["hallucinated_spans"])
+        assert len(spans) == row["hallucinated"]
+        assert all(0 <= a < b <= len(CAPTIONS[i][1]) for a, b in spans)
         assert row["chair_ok"] is True and row["chair_fallback"] is False
         assert row["score"] == pytest.approx(float(direct.scores[i]))
         assert row["chair_i"] == pytest.approx(float(direct.chair_i[i]))
     assert results[0]["chair_i"] == 0.0
     assert results[1]["chair_i"] > 0  # the giraffe is not in image 1
+    [(start, end)] = json.loads(results[1]["hallucinated_spans"])
+    assert CAPTIONS[1][1][start:end].startswith("giraffe")
 
 
 def test_caption_reward_without_service_falls_back_to_cider(compose, cider_df):

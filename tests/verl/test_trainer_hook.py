@@ -119,8 +119,10 @@ def make_trainer(monkeypatch, compose, tokenizer, store, overrides):
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.trainer.ppo.v1 import trainer_base
 
+    from entropyrl.verl import transfer
+
     monkeypatch.setattr(trainer_base, "tq", store)
-    monkeypatch.setattr(trainer_module, "tq", store)
+    monkeypatch.setattr(transfer, "tq", store)
     trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
     if not any("chair_fallback" in o for o in overrides):
         # the fixture's batch has one caption the service did not answer of five that report

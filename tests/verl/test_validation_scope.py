@@ -161,28 +161,33 @@ def test_an_entropy_estimator_under_our_trainer_is_not_refused_for_it(tmp_path) 
     assert not [p for p in problems if "per-token entropy" in p]
 
 
-@pytest.mark.parametrize("section", sorted(validation.UNWIRED_SECTIONS))
+@pytest.mark.parametrize("section", validation.TOKEN_SECTIONS)
 @pytest.mark.parametrize("mode", ["sync", "entropyrl"])
-def test_a_token_level_section_is_refused_under_either_trainer(section, mode, tmp_path):
-    """The local runner applies these sections; the verl trainer does not yet (no token
-    positions reach it, no per-sample clip_low is written): switched on, a run of either trainer
-    would train as if it were off, so it is refused in one line naming the switch."""
+def test_a_token_level_section_needs_the_entropy_aware_trainer(section, mode, tmp_path):
+    """The entropy-aware trainer maps the reward's spans to tokens; verl's own trainer never
+    reads them: switched on there, a run would train as if it were off, so it is refused in one
+    line naming the switch. Under ours it is the plugin's and not refused for it."""
     config = compose_verl(
         [f"trainer.v1.trainer_mode={mode}", f"+algorithm.{section}.enable=true"],
         tmp_path / "ckpt",
     )
     assert validation.uses_entropyrl(config)
     problems = validation.config_problems(config, use_reference_policy=True)
-    flag = validation.UNWIRED_SECTIONS[section]
-    assert [p for p in problems if "not applied under verl" in p] == [
-        f"algorithm.{section}.enable=true is not applied under verl yet (the run would train "
-        f"without it); it runs on the local runner (entropyrl demo {flag}); set "
-        f"algorithm.{section}.enable=false"
-    ]
+    named = [p for p in problems if f"algorithm.{section}.enable=true" in p]
+    if mode == "sync":
+        assert named == [
+            f"algorithm.{section}.enable=true needs the entropy-aware trainer "
+            "(trainer.v1.trainer_mode=entropyrl): verl's own trainer never reads the "
+            f"hallucinated tokens; set it, or algorithm.{section}.enable=false"
+        ]
+    else:
+        assert named == []
     off = compose_verl(
         [f"trainer.v1.trainer_mode={mode}", f"+algorithm.{section}.enable=false"],
         tmp_path / "ckpt",
     )
     assert not [
-        p for p in validation.config_problems(off, use_reference_policy=True) if "not applied" in p
+        p
+        for p in validation.config_problems(off, use_reference_policy=True)
+        if f"algorithm.{section}" in p
     ]

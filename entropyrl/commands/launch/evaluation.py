@@ -16,7 +16,15 @@ from entropyrl.commands.launch.checks import note_no_gpu, require_file, require_
 from entropyrl.commands.launch.recipes import experiment_name, model_short_name
 
 # the EXPERIMENT runs of a comparison set, in the table's order (after the base)
-COMPARISONS = ("baseline", "entropyrl", "penalty", "reversed", "clip_low")
+COMPARISONS = (
+    "baseline",
+    "entropyrl",
+    "penalty",
+    "reversed",
+    "clip_low",
+    "token_penalty",
+    "token_clip",
+)
 
 
 def option_value(command: Sequence[str], flag: str) -> str:

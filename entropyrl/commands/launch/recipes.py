@@ -78,6 +78,16 @@ EXPERIMENTS: dict[str, tuple[str, ...]] = {
         "algorithm.clip_schedule.enable=false",
         "algorithm.clip_low_schedule.enable=true",
     ),
+    # the token-level mechanisms on CIDEr-D alone: the hallucinated mentions' tokens get -1.0
+    # on their advantage, or their own clip bounds (low 0.2 / high 0.5)
+    "token_penalty": (
+        "algorithm.clip_schedule.enable=false",
+        "algorithm.token_penalty.enable=true",
+    ),
+    "token_clip": (
+        "algorithm.clip_schedule.enable=false",
+        "algorithm.token_clip.enable=true",
+    ),
 }
 # the captioning recipe's policy (configs/chair_mscoco.yaml, examples/chair_mscoco.sh)
 DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct"

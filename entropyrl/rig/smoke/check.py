@@ -52,6 +52,7 @@ from typing import Any
 from entropyrl.core.estimator_names import ENTROPY_ESTIMATORS
 from entropyrl.data.io import read_records
 from entropyrl.rig.smoke.step_metrics import check_step_metrics
+from entropyrl.rig.trace import HALLUCINATED_KEY
 
 # Rollout (hf generate) vs actor log-probs on the same tokens, bfloat16 actor: a mean absolute
 # probability difference far below what a leak across packed sequences gives (tenths).
@@ -199,10 +200,31 @@ def _group_ranks(scores: list[float], indices: list[int]) -> dict[int, float]:
 def expected_advantages(
     rows: list[dict[str, Any]], config: Any, end_tag: list[int] | None
 ) -> tuple[list[list[float]], list[list[float]]]:
-    """(the per-token advantages each row of one step should have under the config's estimator,
-    the plain GRPO advantages of the same rows) for `rows` of one step; a row without entropy
-    keeps its GRPO advantage under the entropy-guided estimators. The settings (and their
-    defaults) are read through `entropyrl.core.specs`; the formulas are written out here."""
+    """(the per-token advantages each row of one step should have under the config's estimator
+    and, with `algorithm.token_penalty` on, its -beta on each token the row's
+    `hallucinated_tokens` marks; the plain GRPO advantages of the same rows) for `rows` of one
+    step; a row without entropy keeps its GRPO advantage under the entropy-guided estimators.
+    The settings (and their defaults) are read through `entropyrl.core.specs`; the formulas are
+    written out here."""
+    from entropyrl.core.specs import algorithm_specs
+
+    expected, baseline = _estimator_advantages(rows, config, end_tag)
+    penalty = algorithm_specs(_getter(config)("algorithm")).token_penalty
+    if not penalty.enable:
+        return expected, baseline
+    moved = []
+    for row, want in zip(rows, expected):
+        marks = row.get(HALLUCINATED_KEY) or [0.0] * len(want)
+        if len(marks) != len(want):
+            marks = [0.0] * len(want)  # check_token_credit names the row
+        moved.append([a - penalty.beta * float(m) for a, m in zip(want, marks)])
+    return moved, baseline
+
+
+def _estimator_advantages(
+    rows: list[dict[str, Any]], config: Any, end_tag: list[int] | None
+) -> tuple[list[list[float]], list[list[float]]]:
+    """`expected_advantages` before the token penalty."""
     from entropyrl.core.specs import algorithm_specs
 
     get = _getter(config)
@@ -496,6 +518,53 @@ def check_advantages(
     return problems
 
 
+def check_token_credit(rows: list[dict[str, Any]], config: Any) -> list[str]:
+    """With a token mechanism on, each step's hallucinated-token mask against what CHAIR said
+    of the caption: a clean caption (no span) has no marked token, a caption with mentions has
+    at least one per step of them, the spans are as many as CHAIR's count of hallucinated
+    mentions, and some step marks a token (else a mask that is never set would pass)."""
+    import json
+
+    from entropyrl.core.specs import algorithm_specs
+
+    specs = algorithm_specs(_getter(config)("algorithm"))
+    if not (specs.token_penalty.enable or specs.token_clip.enable):
+        return []
+    problems: list[str] = []
+    marked_any = False
+    for row in rows:
+        where = f"step {row['step']}"
+        marks = row.get(HALLUCINATED_KEY)
+        if marks is None or len(marks) != len(row["advantages"]):
+            problems.append(f"{where}: a sample carries no hallucinated-token mask of its length")
+            break
+        parts = row.get("reward_parts") or {}
+        spans = parts.get("hallucinated_spans")
+        marked = sum(1 for m in marks if m)
+        marked_any |= marked > 0
+        if spans is None:
+            if marked:
+                problems.append(f"{where}: a caption CHAIR did not score has marked tokens")
+                break
+            continue
+        found = json.loads(spans)
+        count = parts.get("hallucinated")
+        if isinstance(count, int | float) and count == count and len(found) != int(count):
+            problems.append(
+                f"{where}: {len(found)} hallucinated spans for {int(count)} hallucinated mentions"
+            )
+            break
+        if bool(found) != bool(marked):
+            problems.append(
+                f"{where}: a caption with {len(found)} hallucinated mention(s) has {marked} "
+                "marked token(s)"
+            )
+            break
+    if rows and not marked_any and not problems:
+        problems.append("could not judge the token mechanisms: no step marked a hallucinated token")
+    return problems
+
+
 def check_rewards(rows: list[dict[str, Any]], config: Any) -> list[str]:
     """The caption reward's score of every sample against its recomposition from its parts."""
     from entropyrl.verl.rewards import CAPTION_REWARD_NAME
@@ -585,7 +654,7 @@ def _bound_problems(
     return problems
 
 
-LOSS_FIELDS = ("clip_high", "clip_low", "advantages", "old_log_probs")
+LOSS_FIELDS = ("clip_high", "clip_low", "advantages", "old_log_probs", HALLUCINATED_KEY)
 LOSS_MODES = ("per_sample_clip",)  # the policy losses that trace what reached them
 
 
@@ -615,14 +684,15 @@ def check_loss_inputs(rows: list[dict[str, Any]], worker_rows: list[dict[str, An
     for row in worker_rows:  # the first row of each kind of fault is named
         where = f"step {row.get('step')}, rank {row.get('rank')}"
         candidates = driver.get((row.get("step"), row["key"]), [])
+        # the mask reaches the loss with the token clip only (which refuses a batch without
+        # it); the token penalty alone leaves it on the driver
+        fields = LOSS_FIELDS if HALLUCINATED_KEY in row else LOSS_FIELDS[:-1]
         if not candidates:
             line = f"{where}: the loss got a sample the driver never traced"
-        elif any(all(_same_values(row.get(f), c.get(f)) for f in LOSS_FIELDS) for c in candidates):
+        elif any(all(_same_values(row.get(f), c.get(f)) for f in fields) for c in candidates):
             line = None
         else:
-            field = next(
-                f for f in LOSS_FIELDS if not _same_values(row.get(f), candidates[0].get(f))
-            )
+            field = next(f for f in fields if not _same_values(row.get(f), candidates[0].get(f)))
             line = (
                 f"{where}: a sample reached the loss with another {field} than the driver "
                 "computed for it (the loss read another row's values)"
@@ -730,6 +800,7 @@ def check_trace(
     tag = _end_tag(config) if end_tag == "config" else end_tag
     problems += check_advantages(rows, config, tag)  # type: ignore[arg-type]
     problems += check_rewards(rows, config)
+    problems += check_token_credit(rows, config)
     problems += check_bounds(rows, config, chair_optional=chair_optional)
     if worker_rows is not None:
         problems += check_loss_inputs(trace_rows, worker_rows)

@@ -74,6 +74,26 @@ RECORDED: dict[str, RecordedRun] = {
             "so the clip acts on this tiny model and its fractions can be recomputed"
         ),
     ),
+    "token_penalty": RecordedRun(
+        "chair_mscoco.sh",
+        ("trainer.total_training_steps=3",),
+        {"EXPERIMENT": "token_penalty"},
+        why="the token penalty: -beta on the tokens of CHAIR's hallucinated spans, GRPO under it",
+    ),
+    "token_clip": RecordedRun(
+        "chair_mscoco.sh",
+        (
+            "actor_rollout_ref.actor.ppo_epochs=2",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "algorithm.token_clip.low=0.5",
+        ),
+        {"EXPERIMENT": "token_clip"},
+        why=(
+            "the token clip: its own bounds on the hallucinated tokens, as the loss reads the "
+            "mask; a second epoch at lr 1e-3 so the clip acts, and a floor (0.5) far from the "
+            "actor's (0.8), so the fractions tell a loss that ignored the mask apart"
+        ),
+    ),
 }
 
 

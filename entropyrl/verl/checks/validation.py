@@ -70,10 +70,8 @@ def config_problems(
     problems = []
     try:
         check_algorithm(config)
-    except SpecError as error:
+    except SpecError as error:  # a section that contradicts another is said once, here
         problems.append(str(error))
-    else:  # a section that contradicts another is said once, by its SpecError
-        problems += unwired_problems(config)
     problems += geometry_problems(
         config, use_reference_policy=use_reference_policy, use_critic=use_critic
     )
@@ -136,7 +134,7 @@ def clip_schedule_problems(config: Any) -> list[str]:
         return problems  # a loss verl does not know: registry_problems says so, in one line
     refused = [
         problem
-        for spec in (specs.clip_schedule, specs.clip_low_schedule)
+        for spec in (specs.clip_schedule, specs.clip_low_schedule, specs.token_clip)
         if (problem := schedule_loss_problem(spec.enable, loss_mode, spec.SECTION))
     ]
     return refused + problems
@@ -149,27 +147,11 @@ def _section_enabled(config: Any, section: str) -> bool:
     return OmegaConf.select(config, f"algorithm.{section}.enable", default=False) is True
 
 
-# Sections the local runner applies and the verl trainer does not yet: the caption reward
-# hands verl no token positions and the trainer writes no `hallucinated_tokens`, so under verl
-# each would train as if it were off.
-UNWIRED_SECTIONS = {
-    "token_penalty": "--token-penalty-enable",
-    "token_clip": "--token-clip-enable",
-}
 # The per-sample bounds the entropy-aware trainer computes from CHAIR_i (each `enable` alone).
 BOUND_SECTIONS = ("clip_schedule", "clip_low_schedule")
-
-
-def unwired_problems(config: Any) -> list[str]:
-    """One line per section switched on that the verl plugin does not apply yet, under any
-    trainer: a switch that trains as if it were off is refused, not ignored."""
-    return [
-        f"algorithm.{section}.enable=true is not applied under verl yet (the run would train "
-        f"without it); it runs on the local runner (entropyrl demo {flag}); set "
-        f"algorithm.{section}.enable=false"
-        for section, flag in UNWIRED_SECTIONS.items()
-        if _section_enabled(config, section)
-    ]
+# The token-level mechanisms it applies from the caption reward's hallucinated spans, mapped to
+# the response's own token ids (`entropyrl.verl.hooks.token_positions_from_spans`).
+TOKEN_SECTIONS = ("token_penalty", "token_clip")
 
 
 def trainer_problems(config: Any) -> list[str]:
@@ -197,6 +179,13 @@ def trainer_problems(config: Any) -> list[str]:
                 f"algorithm.{section}.enable=true needs the entropy-aware trainer "
                 f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never "
                 f"computes the per-sample bounds; set it, or algorithm.{section}.enable=false"
+            )
+    for section in TOKEN_SECTIONS:
+        if _section_enabled(config, section):
+            problems.append(
+                f"algorithm.{section}.enable=true needs the entropy-aware trainer "
+                f"(trainer.v1.trainer_mode={VERL_TRAINER_MODE}): verl's own trainer never "
+                f"reads the hallucinated tokens; set it, or algorithm.{section}.enable=false"
             )
     return problems
 
@@ -259,7 +248,7 @@ def schedule_bound_problem(
 def uses_entropyrl(config: Any) -> bool:
     """Whether the run uses a part of the plugin verl would not have without it: the
     entropy-aware trainer, one of our advantage estimators, our policy loss, or one of our
-    sections switched on (`BOUND_SECTIONS`, `UNWIRED_SECTIONS`). The plugin loads into every
+    sections switched on (`BOUND_SECTIONS`, `TOKEN_SECTIONS`). The plugin loads into every
     verl process of the environment; a run that uses none of these is validated exactly as verl
     alone validates it."""
     from omegaconf import OmegaConf
@@ -274,7 +263,7 @@ def uses_entropyrl(config: Any) -> bool:
     return (
         uses_our_trainer(config)
         or any(_section_enabled(config, section) for section in BOUND_SECTIONS)
-        or any(_section_enabled(config, section) for section in UNWIRED_SECTIONS)
+        or any(_section_enabled(config, section) for section in TOKEN_SECTIONS)
         or value("algorithm.adv_estimator") in VERL_ESTIMATORS
         or value("actor_rollout_ref.actor.policy_loss.loss_mode") in VERL_POLICY_LOSSES
     )
