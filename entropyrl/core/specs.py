@@ -425,20 +425,6 @@ class ChairFallbackSpec(Spec):
         )
 
 
-SPEC_CLASSES: tuple[type[Spec], ...] = (
-    ClipScheduleSpec,
-    ClipLowScheduleSpec,
-    TokenPenaltySpec,
-    TokenClipSpec,
-    EntropySpec,
-    EgpoBonusSpec,
-    EgpoRatioSpec,
-    TokenShapingSpec,
-    MaxEntSpec,
-    LostSamplesSpec,
-    ChairFallbackSpec,
-)
-
 # `<section>.<key>` of the settings that bound how much a run may lose before it stops, not what
 # it computes: raising one after a stop resumes the same run (the resume check leaves them out).
 LIMIT_KEYS: tuple[str, ...] = (
@@ -499,6 +485,24 @@ class AlgorithmSpecs:
                 f"{prefix}{one}.enable=true contradicts {prefix}{other}.enable=true (both set "
                 "hallucinating samples' bounds): set one of them false"
             )
+
+
+def _sections() -> tuple[type[Spec], ...]:
+    """The spec classes of `AlgorithmSpecs`'s fields, in its order: the one list of sections
+    (a field named other than its class's `SECTION` could never be read from a config)."""
+    classes = []
+    for item in dataclasses.fields(AlgorithmSpecs):
+        spec_cls = item.default_factory  # type: ignore[misc]
+        if not (isinstance(spec_cls, type) and issubclass(spec_cls, Spec)):
+            raise TypeError(f"AlgorithmSpecs.{item.name}: not a Spec section")
+        if item.name != spec_cls.SECTION:
+            raise TypeError(f"AlgorithmSpecs.{item.name} holds section {spec_cls.SECTION!r}")
+        classes.append(spec_cls)
+    return tuple(classes)
+
+
+# Every algorithm section, declared once as a field of `AlgorithmSpecs`.
+SPEC_CLASSES: tuple[type[Spec], ...] = _sections()
 
 
 def _plain(value: Any) -> Any:

@@ -9,6 +9,7 @@ spec classes), so the CLI stays fast to import.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,15 +304,23 @@ def parse_variant(name: str) -> tuple[str, bool]:
     return adv, suffix == "clip"
 
 
-SPEC_FIELDS: dict[str, type[Spec]] = {
-    "ppo": PpoClipSpec,
-    "clip_schedule": ClipScheduleSpec,
-    "entropy": EntropySpec,
-    "egpo_bonus": EgpoBonusSpec,
-    "egpo_ratio": EgpoRatioSpec,
-    "entropy_adv": TokenShapingSpec,
-    "maxent": MaxEntSpec,
-    "token_penalty": TokenPenaltySpec,
-    "token_clip": TokenClipSpec,
-    "clip_low_schedule": ClipLowScheduleSpec,
-}
+def _spec_fields() -> dict[str, type[Spec]]:
+    """{field: spec class} of `DemoConfig`'s sections, read from its fields' types (the one
+    list; a default may be a lambda, e.g. the schedule on by default)."""
+    import typing
+
+    hints = typing.get_type_hints(DemoConfig)
+    return {
+        item.name: hints[item.name]
+        for item in dataclasses.fields(DemoConfig)
+        if isinstance(hints[item.name], type) and issubclass(hints[item.name], Spec)
+    }
+
+
+# The spec sections a local run reads: `ppo` (the actor's constants verl keeps in its own
+# `actor.clip_ratio_*`) and the algorithm sections of `entropyrl.core.specs`, minus
+# `VERL_ONLY_SECTIONS`; tests/rig/local/test_config.py checks no other section is left out.
+SPEC_FIELDS: dict[str, type[Spec]] = _spec_fields()
+# Sections only the verl plugin reads: a local run loses no sample to a failed worker and calls
+# no CHAIR service it could lose.
+VERL_ONLY_SECTIONS: tuple[str, ...] = ("lost_samples", "chair_fallback")
