@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 
 from chair_server import __version__, contract, strict_json, vocabulary
 from chair_server.config import ServerSettings
@@ -24,12 +24,10 @@ log = logging.getLogger("chair_server")
 SLOT_WAIT = 2.0
 
 
-class BadRequest(ValueError):
-    """Client error with a message naming the offending field (-> 400)."""
-
-
-class TooLarge(ValueError):
-    """Request over a configured limit (-> 413)."""
+# The first route, EntropyRL's own: its forms still answer, marked deprecated (RFC 9745) with
+# its successor (RFC 8288 `Link`); removed in 0.4.
+LEGACY_ROUTE = "/computeCaption"
+LEGACY_HEADERS = {"Deprecation": "true", "Link": '</v1/chair>; rel="successor-version"'}
 
 
 def _validate_items(items: object, where: str, max_batch: int) -> list[Mapping[str, Any]]:
@@ -37,7 +35,7 @@ def _validate_items(items: object, where: str, max_batch: int) -> list[Mapping[s
     try:
         return contract.check_items(items, where, max_batch)
     except contract.TooManyCaptions as error:
-        raise TooLarge(str(error)) from None
+        raise RequestEntityTooLarge(str(error)) from None
     except contract.RequestError as error:
         raise BadRequest(str(error)) from None
 
@@ -99,7 +97,8 @@ def _stream(
 
 
 def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> Flask:
-    """The WSGI app: ``POST /v1/chair``, ``POST /computeCaption``, ``GET /health``, ``GET /v1/info``.
+    """The WSGI app: ``POST /v1/chair``, ``GET /health``, ``GET /v1/info``; and the deprecated
+    ``POST /computeCaption`` (`LEGACY_ROUTE`).
 
     ``POST /v1/chair`` takes ``{"captions": [{"image_id", "caption"}...], "include_captions":
     true}``; with ``include_captions: false`` the sentences leave out the caption text (the
@@ -152,18 +151,12 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         )
         return response
 
-    @app.errorhandler(BadRequest)
-    def _bad_request(exc: BadRequest) -> Response:
-        return _error(400, str(exc))
-
-    @app.errorhandler(TooLarge)
-    def _too_large(exc: TooLarge) -> Response:
-        return _error(413, str(exc))
-
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
+        # werkzeug's own (a 405, a body over MAX_CONTENT_LENGTH) keep their class description;
+        # ours (raised as BadRequest, RequestEntityTooLarge) carry the line naming the field
         message = exc.description or exc.name
-        if exc.code == 413:
+        if exc.code == 413 and message == RequestEntityTooLarge.description:
             message = f"request body over the limit of {settings.max_body_mb:g} MiB"
         response = _error(exc.code or 500, message)
         for name, value in exc.get_headers():
@@ -219,7 +212,7 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         items = _validate_items(body["captions"], "captions", settings.max_batch)
         return _score(items, include)
 
-    @app.post("/computeCaption")
+    @app.post(LEGACY_ROUTE)
     def compute_caption() -> Response:
         # EntropyRL's request forms: a list, {"captions": [...]}, or one {caption, image_id}.
         body = _json_body()
@@ -230,6 +223,12 @@ def create_app(scorer: ChairScorer, settings: ServerSettings | None = None) -> F
         else:
             items = _validate_items(body, "body", settings.max_batch)
         return _score(items)
+
+    @app.after_request
+    def _legacy_headers(response: Response) -> Response:
+        if request.path == LEGACY_ROUTE:  # its refusals too: the caller learns either way
+            response.headers.update(LEGACY_HEADERS)
+        return response
 
     return app
 

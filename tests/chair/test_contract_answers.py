@@ -66,6 +66,35 @@ def test_the_first_routes_forms_are_held_to_the_same_limits(client, body, status
     answer = client.post("/computeCaption", json=body)
     assert answer.status_code == status
     assert answer.get_json() == {"error": error}
+    assert answer.headers["Deprecation"] == "true"  # refusals say so too
+
+
+def test_the_first_route_is_marked_deprecated_with_its_successor(client):
+    answer = client.post("/computeCaption", json=[ITEM])
+    assert answer.status_code == 200
+    assert answer.headers["Deprecation"] == "true"
+    assert answer.headers["Link"] == '</v1/chair>; rel="successor-version"'
+    current = client.post("/v1/chair", json={"captions": [ITEM]})
+    assert current.status_code == 200
+    assert "Deprecation" not in current.headers and "Link" not in current.headers
+    assert current.get_json() == answer.get_json()
+
+
+def test_a_refusal_of_ours_keeps_its_line_beside_werkzeugs_body_limit(session_gt_file):
+    """Both answer 413 on one app: the batch limit names the count, the body limit the MiB."""
+    client = _app(session_gt_file, max_body_mb=0.01, max_batch=3)
+    batch = client.post("/v1/chair", json={"captions": [ITEM] * 4})
+    assert (batch.status_code, batch.get_json()) == (
+        413,
+        {"error": "captions has 4 captions, more than max_batch=3"},
+    )
+    body = client.post(
+        "/v1/chair", json={"captions": [{"image_id": 1001, "caption": "a" * 20_000}]}
+    )
+    assert (body.status_code, body.get_json()) == (
+        413,
+        {"error": "request body over the limit of 0.01 MiB"},
+    )
 
 
 def test_check_items_names_the_count_and_the_limit():
