@@ -37,6 +37,27 @@ def test_flags_overrides_and_the_command_are_told_apart(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        (["s.sh", "--smoke", "--", *COMMAND], "verl.trainer.main_ppo"),
+        (
+            ["e.sh", "--", "py", "-m", "entropyrl.commands.eval.caption", "--out", "o"],
+            "entropyrl.commands.eval.caption",
+        ),
+        # an override naming the module is not the command: the last `--` splits them
+        (["s.sh", "note=entropyrl.commands.eval.caption", "--", *COMMAND], "verl.trainer.main_ppo"),
+        (["s.sh", "a=1", "--", "py", "train.py"], None),
+        (["s.sh", "--", "py", "-m"], None),
+        (["s.sh"], None),
+    ],
+)
+def test_the_launch_path_is_the_commands_module(argv, module) -> None:
+    from entropyrl.commands.launch import launched_module
+
+    assert launched_module(argv) == module
+
+
+@pytest.mark.parametrize(
     ("args", "line"),
     [
         (["--dryrun"], "error: unknown option --dryrun (the options: --dry-run, --smoke,"),

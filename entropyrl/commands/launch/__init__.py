@@ -45,14 +45,29 @@ def _terminated(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+# The evaluation scripts' commands, by the module they run; any other is a training command.
+CAPTION_EVALUATION = "entropyrl.commands.eval.caption"
+FUNCTION_CALLING_EVALUATION = "entropyrl.commands.eval.fc"
+
+
+def launched_module(argv: Sequence[str]) -> str | None:
+    """The MODULE of the command after the last `--` when it is `PYTHON -m MODULE ...`."""
+    argv = list(argv)
+    if "--" not in argv[1:]:
+        return None
+    command = argv[len(argv) - argv[::-1].index("--") :]
+    return next((command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-m"), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        if "entropyrl.commands.eval.caption" in argv and "--" in argv:
+        module = launched_module(argv)
+        if module == CAPTION_EVALUATION:  # its own flags: parse_evaluation
             return caption_evaluation(*parse_evaluation(argv))
         launch = parse(argv)
-        if "entropyrl.commands.eval.fc" in launch.command:
+        if module == FUNCTION_CALLING_EVALUATION:
             return function_calling_evaluation(launch)
         return run(launch)
     except Stop as stop:
