@@ -30,7 +30,7 @@ Collaborators, none of which changes an object of verl's:
 - `entropyrl.verl.transfer` reads the step's fields from TransferQueue and writes ours beside
   `advantages` in verl's layout; `entropyrl.verl.hooks` holds the per-step formulas' adapters
   (CHAIR_i to bounds, spans to tokens, the penalty, the metrics);
-- `entropyrl.verl.node_checks` runs one Ray task per node before any worker starts: the data
+- `entropyrl.verl.checks.nodes` runs one Ray task per node before any worker starts: the data
   files, one image, the model folder and the CHAIR service (with that node's token) must be
   reachable there, or the run stops with a line naming the node;
 - `entropyrl.verl.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
@@ -62,8 +62,8 @@ from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.core.token_credit import hallucinated_token_mask
-from entropyrl.verl import chair_fallback, node_checks
-from entropyrl.verl.checks import checkpoints
+from entropyrl.verl import chair_fallback
+from entropyrl.verl.checks import checkpoints, nodes
 from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
 from entropyrl.verl.hooks import (
     build_step,
@@ -173,7 +173,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
         # Misspelt or out-of-range algorithm settings stop the run here, before any worker.
         self._specs = algorithm_specs(config.algorithm)
         if ray.is_initialized():  # before any worker opens a file on another node
-            node_checks.require_every_node(config)
+            nodes.require_every_node(config)
         super().__init__(config, *args, **kwargs)
         path = os.environ.get(RESOLVED_CONFIG_ENV)
         if path:

@@ -1,4 +1,4 @@
-"""Every node checks, as a Ray task, what the run reads there (entropyrl.verl.node_checks):
+"""Every node checks, as a Ray task, what the run reads there (entropyrl.verl.checks.nodes):
 the data files, one image, the model folder and the CHAIR service with the run's token, against
 a real service over HTTP and a real (one-node) Ray cluster."""
 
@@ -15,8 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from chair_server.launch import start_server
-from entropyrl.verl import node_checks
-from entropyrl.verl.node_checks import NodeInputs, node_problems
+from entropyrl.verl.checks import nodes as node_checks
+from entropyrl.verl.checks.nodes import NodeInputs, node_problems
 
 TOKEN = "s3cret"
 

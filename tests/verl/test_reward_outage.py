@@ -78,7 +78,7 @@ def test_a_token_the_service_refuses_stops_the_run_with_one_line(
     """The reward workers hold a token the CHAIR service refuses (a node whose `ray start` had
     another CHAIR_SERVER_TOKEN): the caption smoke stops at start, before any worker, non-zero,
     with the line that names the node and the token on the driver's stderr
-    (`entropyrl.verl.node_checks`), instead of training without CHAIR or dying later in
+    (`entropyrl.verl.checks.nodes`), instead of training without CHAIR or dying later in
     TransferQueue without the cause."""
     from chair_server import launch
 

@@ -9,6 +9,8 @@
 - `checkpoints`: the run's settings beside each checkpoint, and the resume decision;
 - `stack`: verl, vLLM, torch, transformers, flash-attn and the NVIDIA driver;
 - `layout`: the GPUs, the inputs and, on several nodes, a shared checkpoint folder.
+- `nodes`: at start, one Ray task per node: its data files, an image, the model folder and
+  the CHAIR service reachable there (imports Ray inside its function only).
 
 `entropyrl preflight`, `entropyrl doctor --recipe` and the trainer's own check print from
 these. Nothing here imports verl at module level: the commands check a config before verl is
