@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from entropyrl.commands.launch.evaluation import COMPARISONS
 from entropyrl.commands.launch.recipes import (
     DEFAULT_CAPTION_MODEL,
     EXPERIMENTS,
@@ -93,7 +94,7 @@ def test_a_users_run_name_still_wins(tmp_path) -> None:
 def test_the_evaluation_takes_one_models_set_from_model_path(tmp_path) -> None:
     root = tmp_path / "ckpt"
     for short in ("qwen2_5_vl_3b", "qwen2_5_vl_7b"):
-        for experiment in ("baseline", "entropyrl", "penalty", "reversed", "clip_low"):
+        for experiment in COMPARISONS:
             (root / f"chair_mscoco_{short}_{experiment}" / "global_step_5" / "actor").mkdir(
                 parents=True
             )
@@ -107,11 +108,12 @@ def test_the_evaluation_takes_one_models_set_from_model_path(tmp_path) -> None:
     plan = result.stdout + result.stderr
     models = [line.strip() for line in plan.splitlines() if line.startswith("  ")]
     assert models[0].startswith("base: Qwen/Qwen2.5-VL-7B-Instruct")
-    runs = [line.split(" ", 2)[:2] for line in models[1:6]]
+    runs = [line.split(" ", 2)[:2] for line in models[1:]]
     assert runs == [
         [f"{name}:", f"{root}/chair_mscoco_qwen2_5_vl_7b_{name}/global_step_5/actor"]
-        for name in ("baseline", "entropyrl", "penalty", "reversed", "clip_low")
+        for name in COMPARISONS
     ]
+    assert set(COMPARISONS) == set(EXPERIMENTS)  # every comparison the recipe trains
     assert "qwen2_5_vl_3b" not in plan
     # each model's set has its own results folder
     assert f"caption evaluation -> {REPO}/eval/chair_mscoco_qwen2_5_vl_7b" in plan
@@ -126,7 +128,7 @@ def test_a_missing_run_of_the_set_is_a_note_naming_its_command(tmp_path) -> None
     )
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: no checkpoint")]
-    assert len(notes) == 5
+    assert len(notes) == len(COMPARISONS) == 7
     assert notes[0] == (
         f"note: no checkpoint under {tmp_path}/none/chair_mscoco_qwen3_vl_4b_baseline: baseline "
         "left out (train it with MODEL_PATH=Qwen/Qwen3-VL-4B-Instruct EXPERIMENT=baseline bash "

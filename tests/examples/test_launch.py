@@ -37,6 +37,42 @@ def test_flags_overrides_and_the_command_are_told_apart(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(
+    ("config", "task", "chair"),
+    [
+        ("chair_mscoco", "caption", True),
+        ("egpo_function_calling", "function-calling", False),  # its reward: from the defaults
+        ("grpo_function_calling", "function-calling", False),
+        ("egpo_ratio_mixed", "mixed", False),
+    ],
+)
+def test_each_recipe_needs_what_its_reward_needs(config, task, chair) -> None:
+    recipe = launch_recipes.recipe_for(REPO / "configs", config)
+    assert (recipe.task, recipe.chair) == (task, chair)
+
+
+def test_a_config_over_a_known_reward_needs_no_entry(tmp_path, capsys) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "reward:\n  custom_reward_function:\n    name: function_calling_score\n"
+    )
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - ppo_trainer\n  - base\n  - _self_\n")
+    assert launch_recipes.recipe_for(tmp_path, "mine").task == "function-calling"
+    # the file's own keys land at _self_: after base here, so they win
+    (tmp_path / "own.yaml").write_text(
+        "defaults:\n  - base\n  - _self_\n"
+        "reward:\n  custom_reward_function:\n    name: caption_score\n"
+    )
+    assert launch_recipes.recipe_for(tmp_path, "own").chair
+    key = "reward.custom_reward_function.name"
+    assert launch_recipes.recipe_for(tmp_path, "own", [f"{key}=hybrid_score"]).task == "mixed"
+    with pytest.raises(Stop) as stop:
+        launch_recipes.recipe_for(tmp_path, "own", [f"{key}=my_score"])
+    assert stop.value.status == 2
+    assert "no launch recipe for own's reward.custom_reward_function.name ('my_score')" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
     ("argv", "module"),
     [
         (["s.sh", "--smoke", "--", *COMMAND], "verl.trainer.main_ppo"),

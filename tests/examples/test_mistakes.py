@@ -67,7 +67,8 @@ LAUNCH_MISTAKES = {
 LAUNCH_ENV_MISTAKES = {
     "a misspelt comparison run": (
         {"EXPERIMENT": "baselin"},
-        "EXPERIMENT must be entropyrl, baseline, penalty, reversed or clip_low, got 'baselin'",
+        "EXPERIMENT must be entropyrl, baseline, penalty, reversed, clip_low, token_penalty or "
+        "token_clip, got 'baselin'",
     ),
 }
 

@@ -144,6 +144,17 @@ def config_name(command: Sequence[str]) -> str:
     return command[command.index("--config-name") + 1]
 
 
+def config_folder(command: Sequence[str]) -> str:
+    """The `--config-path` of a `verl.trainer.main_ppo` command (the repository's configs/
+    when it names none: the scripts always do)."""
+    if "--config-path" in command[:-1]:
+        return command[command.index("--config-path") + 1]
+    for arg in command:
+        if arg.startswith("--config-path="):
+            return arg.split("=", 1)[1]
+    return str(Path(__file__).resolve().parents[3] / "configs")
+
+
 def split_command(command: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the trainer and its options up to the config name, the command's own overrides)."""
     end = command.index("--config-name") + 2

@@ -1,14 +1,20 @@
-"""What each recipe needs around its training command (`RECIPES`: the smoke's task, LoRA's
-kind, its input files with how to make them, whether it needs the CHAIR service), and the
-overrides the launch adds from the environment: LoRA (LORA_RANK, ...) and the captioning
-comparisons (EXPERIMENT)."""
+"""What each recipe needs around its training command, and the overrides the launch adds from
+the environment: LoRA (LORA_RANK, ...) and the captioning comparisons (EXPERIMENT).
+
+What a recipe needs follows from the reward it trains on (`REWARD_NEEDS`, keyed by the verl
+entry point's name in `entropyrl.verl.rewards`): the smoke's task, LoRA's kind, its input files
+with how to make them, whether it needs the CHAIR service. `recipe_for` reads the reward from
+the recipe's own config (`reward.custom_reward_function.name`, following its `defaults` list and
+the command's overrides), so a new config over an existing reward needs no entry here.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from entropyrl.commands.launch.args import REWARD_KWARGS, usage_error
 
@@ -29,8 +35,8 @@ _FC_INPUTS = {
     "xlam_function_calling_60k.json --out {folder}",
     "data.val_files": "written by entropyrl prepare fc",
 }
-RECIPES: dict[str, Recipe] = {
-    "chair_mscoco": Recipe(
+REWARD_NEEDS: dict[str, Recipe] = {
+    "caption_score": Recipe(
         "caption",
         "vision",
         {
@@ -42,9 +48,8 @@ RECIPES: dict[str, Recipe] = {
         },
         chair=True,
     ),
-    "egpo_function_calling": Recipe("function-calling", "text", _FC_INPUTS),
-    "grpo_function_calling": Recipe("function-calling", "text", _FC_INPUTS),
-    "egpo_ratio_mixed": Recipe(
+    "function_calling_score": Recipe("function-calling", "text", _FC_INPUTS),
+    "hybrid_score": Recipe(
         "mixed",
         "text",
         {
@@ -53,6 +58,55 @@ RECIPES: dict[str, Recipe] = {
         },
     ),
 }
+REWARD_KEY = "reward.custom_reward_function.name"
+
+
+def _config_value(folder: Path, name: str, dotted: str, seen: tuple[str, ...] = ()) -> object:
+    """`dotted` of the config `name` as Hydra composes it from `folder`: its `defaults` list in
+    order (`_self_`, appended when the list leaves it out, where the file's own keys land; a
+    later entry wins), configs outside `folder` (verl's own) contributing nothing."""
+    try:
+        import yaml  # PyYAML: with Hydra, part of every install that can launch verl
+    except ImportError:
+        usage_error("reading the recipe's config needs PyYAML: pip install 'entropyrl[verl]'")
+    path = folder / f"{name}.yaml"
+    if name in seen or not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    entries = list(data.get("defaults") or [])
+    if "_self_" not in entries:
+        entries.append("_self_")
+    found = None
+    for entry in entries:
+        if entry == "_self_":
+            got: object = data
+            for part in dotted.split("."):
+                got = got.get(part) if isinstance(got, dict) else None
+        elif isinstance(entry, str):
+            got = _config_value(folder, entry, dotted, (*seen, name))
+        else:
+            got = None
+        found = got if got is not None else found
+    return found
+
+
+def recipe_for(config_dir: str | Path, config: str, overrides: Sequence[str] = ()) -> Recipe:
+    """What `config` (a config name under `config_dir`) needs, from the reward it trains on;
+    the last override of the reward's name wins. An unknown reward is a usage error naming it."""
+    name = _config_value(Path(config_dir), config, REWARD_KEY)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == REWARD_KEY:
+            name = value
+    recipe = REWARD_NEEDS.get(str(name))
+    if recipe is None:
+        where = f"{config}'s {REWARD_KEY}"
+        usage_error(
+            f"no launch recipe for {where} ({name!r}); the launch knows "
+            f"{', '.join(REWARD_NEEDS)} (entropyrl.verl.rewards)"
+        )
+    return recipe  # type: ignore[return-value]
+
 
 # EXPERIMENT: the captioning comparisons, each under its own trainer.experiment_name,
 # chair_mscoco_<model>_<experiment> (`experiment_name`), so its checkpoints land in their own

@@ -16,12 +16,12 @@ from entropyrl.commands.launch import run_lock
 from entropyrl.commands.launch.args import (
     REWARD_KWARGS,
     Launch,
+    config_folder,
     config_name,
     override_key,
     override_value,
     say,
     split_command,
-    usage_error,
 )
 from entropyrl.commands.launch.checks import (
     Gpus,
@@ -33,7 +33,7 @@ from entropyrl.commands.launch.checks import (
     require_model,
     require_verl,
 )
-from entropyrl.commands.launch.recipes import RECIPES, experiment_overrides, lora_overrides
+from entropyrl.commands.launch.recipes import experiment_overrides, lora_overrides, recipe_for
 from entropyrl.commands.launch.service import ChairService, chair_source, start_chair
 
 
@@ -132,10 +132,8 @@ def train(launch: Launch, command: list[str]) -> int:
 def run(launch: Launch) -> int:
     """The launch, in order (the module's docstring)."""
     config = config_name(launch.command)
-    recipe = RECIPES.get(config)
-    if recipe is None:
-        usage_error(f"no launch recipe for {config!r}; known: {', '.join(RECIPES)}")
     trainer, own = split_command(launch.command)
+    recipe = recipe_for(config_folder(launch.command), config, [*own, *launch.overrides])
     smoke_overrides: list[str] = []
     gpus = Gpus()
     if launch.smoke:
