@@ -66,9 +66,11 @@ def _config_value(folder: Path, name: str, dotted: str, seen: tuple[str, ...] = 
     order (`_self_`, appended when the list leaves it out, where the file's own keys land; a
     later entry wins), configs outside `folder` (verl's own) contributing nothing."""
     try:
-        import yaml  # PyYAML: with Hydra, part of every install that can launch verl
+        import yaml  # PyYAML comes with Hydra, hence with verl
     except ImportError:
-        usage_error("reading the recipe's config needs PyYAML: pip install 'entropyrl[verl]'")
+        from entropyrl.verl.checks.stack import NO_VERL
+
+        usage_error(NO_VERL)
     path = folder / f"{name}.yaml"
     if name in seen or not path.is_file():
         return None
