@@ -23,7 +23,6 @@ from entropyrl.core.clip_schedules import clip_high_bounds, clip_low_bounds
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS
 from entropyrl.core.specs import AlgorithmSpecs, ClipScheduleSpec
 from entropyrl.core.token_credit import (
-    hallucinated_token_mask,
     hallucinated_token_share,
     token_penalty_advantage,
 )
@@ -293,28 +292,6 @@ def _positions(value: Any) -> list[int] | None:
             f"reward extra info {TOKEN_POSITIONS_KEY!r} must be a list of token indices, "
             f"got {value!r}"
         ) from None
-
-
-def hallucinated_tokens_from_extra_fields(
-    extra_fields: Sequence[Any] | None, response_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The [B, T] hallucinated-token mask from each row's `hallucinated_token_positions`.
-
-    A row without the key (unscored caption, a reward without spans) has no hallucinated
-    token and is False in the returned `scored` [B]; the caller counts those rows and refuses
-    a step where no row reports positions (the token mechanisms would do nothing, silently).
-    """
-    batch = response_mask.shape[0]
-    if extra_fields is None:
-        return hallucinated_token_mask([None] * batch, response_mask)
-    extra_fields = list(extra_fields)
-    if len(extra_fields) != batch:
-        raise ValueError(f"extra_fields has {len(extra_fields)} rows, the batch has {batch}")
-    positions = []
-    for fields in extra_fields:
-        info = _reward_info(fields)
-        positions.append(None if info is None else _positions(info.get(TOKEN_POSITIONS_KEY)))
-    return hallucinated_token_mask(positions, response_mask)
 
 
 def _spans(value: Any) -> list[list[int]] | None:

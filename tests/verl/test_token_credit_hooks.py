@@ -10,14 +10,23 @@ import torch
 from tensordict.tensorclass import NonTensorData
 
 from entropyrl.core.specs import ClipScheduleSpec
+from entropyrl.core.token_credit import hallucinated_token_mask
 from entropyrl.verl.hooks import (
     TOKEN_POSITIONS_KEY,
     clip_low_from_chair,
-    hallucinated_tokens_from_extra_fields,
     require_token_positions,
     token_credit_metrics,
     token_penalty_from_step,
+    token_positions_from_spans,
 )
+
+
+def hallucinated_tokens(extra, mask):
+    """The trainer's mask from rows that report positions (no spans: no tokenizer is read)."""
+    responses = torch.zeros(mask.shape, dtype=torch.long)
+    return hallucinated_token_mask(
+        token_positions_from_spans(extra, responses, mask, tokenizer=None), mask
+    )
 
 
 def rows(*positions):
@@ -32,7 +41,7 @@ def rows(*positions):
 def test_penalty_from_extra_info_matches_a_loop():
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
     extra = rows([1, 2], np.array([0]), None)
-    hall, scored = hallucinated_tokens_from_extra_fields(extra, mask)
+    hall, scored = hallucinated_tokens(extra, mask)
     assert scored.tolist() == [True, True, False]
     adv = torch.tensor([0.5, -1.0, 0.0]).unsqueeze(-1) * mask
     moved, metrics = token_penalty_from_step(adv, hall, mask, beta=0.25)
@@ -49,13 +58,13 @@ def test_penalty_from_extra_info_matches_a_loop():
 
 def test_a_step_without_positions_is_refused_and_bad_rows_too():
     mask = torch.ones(2, 3)
-    _, scored = hallucinated_tokens_from_extra_fields(rows(None, None), mask)
+    _, scored = hallucinated_tokens(rows(None, None), mask)
     with pytest.raises(ValueError, match="token_penalty is on"):
         require_token_positions(scored, None, "algorithm.token_penalty")
     with pytest.raises(ValueError, match="list of token indices"):
-        hallucinated_tokens_from_extra_fields(rows(["a"], None), mask)
+        hallucinated_tokens(rows(["a"], None), mask)
     with pytest.raises(ValueError, match="outside its response"):
-        hallucinated_tokens_from_extra_fields(rows([3], None), mask)
+        hallucinated_tokens(rows([3], None), mask)
 
 
 def test_clip_low_from_chair():

@@ -189,31 +189,30 @@ def test_a_step_without_spans_stops_with_the_reward_to_use(monkeypatch, compose,
             run(monkeypatch, compose, tokenizer, experiment, spans=False)
 
 
-def test_the_loss_is_installed_with_the_token_clip_bounds(compose):
+def initialised(compose, experiment: str):
+    """A trainer of `EXPERIMENT=experiment` after verl's init hook, the config leaving verl's
+    default loss."""
     trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
     trainer.config = compose(
         "chair_mscoco",
-        [*EXPERIMENTS["token_clip"], "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"],
+        [*EXPERIMENTS[experiment], "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"],
     )
     trainer.global_steps = 0
     trainer.checkpoint_manager = Recorder()
     trainer.actor_rollout_wg = Recorder()
     trainer.on_init_end()
+    return trainer
+
+
+def test_the_loss_is_installed_with_the_token_clip_bounds(compose):
+    trainer = initialised(compose, "token_clip")
     [loss] = [fn for name, fn in trainer.actor_rollout_wg.calls if name == "set_loss_fn"]
     assert isinstance(loss, PerSampleClipPPOLoss) and loss.token_clip == (0.2, 0.5)
     assert loss.actor_config.policy_loss.loss_mode == "per_sample_clip"
 
 
 def test_the_token_penalty_alone_keeps_verls_loss(compose):
-    trainer = trainer_module.EntropyPPOTrainer.__new__(trainer_module.EntropyPPOTrainer)
-    trainer.config = compose(
-        "chair_mscoco",
-        [*EXPERIMENTS["token_penalty"], "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"],
-    )
-    trainer.global_steps = 0
-    trainer.checkpoint_manager = Recorder()
-    trainer.actor_rollout_wg = Recorder()
-    trainer.on_init_end()
+    trainer = initialised(compose, "token_penalty")
     assert not [fn for name, fn in trainer.actor_rollout_wg.calls if name == "set_loss_fn"]
 
 
