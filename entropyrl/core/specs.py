@@ -21,9 +21,9 @@ Sections:
 - `maxent`: the MaxEnt-GRPO sequence-level target (`maxent.maxent_advantage`).
 - `ppo`: the clipped surrogate's constants (local runner; verl takes them from the actor config).
 - `lost_samples`: how many rollout samples a verl step may lose before the run stops
-  (`entropyrl.verl.lost_samples`; the local runner loses none).
+  (`entropyrl.verl.failures.lost_samples`; the local runner loses none).
 - `chair_fallback`: how many of a verl step's samples may go without a CHAIR score (the service
-  did not answer) before the run stops (`entropyrl.verl.chair_fallback`).
+  did not answer) before the run stops (`entropyrl.verl.failures.chair_fallback`).
 
 `AlgorithmSpecs.check` refuses sections that contradict each other (the token clip beside a
 per-sample schedule), in one line naming both switches.

@@ -16,7 +16,7 @@ itself lives in `entropyrl.rewards`, where the local runner calls the same score
   Fusion) for code rows, routed by `extra_info["ability"]`.
 
 Every call that fails is reported to the trainer before verl sees it fail its session
-(`entropyrl.verl.reward_failures`), so the step that loses the sample says why: what the scorer
+(`entropyrl.verl.failures.reward_failures`), so the step that loses the sample says why: what the scorer
 raised, and a response it could not judge (`Score.failure`: a math check that timed out, a code
 service that did not answer), raised as `ScoringFailed` rather than trained on as a 0.
 
@@ -36,7 +36,7 @@ from typing import Any
 from entropyrl.rewards.caption import CAPTION_FIELDS, caption_ground_truth
 from entropyrl.rewards.hybrid import RESULT_KEYS, HybridScorer
 from entropyrl.rewards.scorer import Score, Scorer, ScoringFailed, score_one
-from entropyrl.verl.reward_failures import reported
+from entropyrl.verl.failures.reward_failures import reported
 
 __all__ = [
     "CHAIR_TOKEN_ENV",

@@ -15,7 +15,7 @@ estimator call stay verl's):
   tokenizer: the penalty subtracts `beta` from those tokens' advantages after the estimator,
   the token clip writes the [B, T] `hallucinated_tokens` mask beside `advantages` for the loss;
 - samples the CHAIR service gave no answer for are bounded by
-  `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.chair_fallback`: a warning per step,
+  `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.failures.chair_fallback`: a warning per step,
   past the limit a stop naming the service and the node; `CHAIR_OPTIONAL=1` lifts it);
 - `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
   estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
@@ -33,8 +33,8 @@ Collaborators, none of which changes an object of verl's:
 - `entropyrl.verl.checks.nodes` runs one Ray task per node before any worker starts: the data
   files, one image, the model folder and the CHAIR service (with that node's token) must be
   reachable there, or the run stops with a line naming the node;
-- `entropyrl.verl.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
-  validation, is counted against what was asked for (`entropyrl.verl.lost_samples`), and a batch
+- `entropyrl.verl.failures.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
+  validation, is counted against what was asked for (`entropyrl.verl.failures.lost_samples`), and a batch
   that lost every sample stops with our line and the causes the reward workers reported;
 - `entropyrl.verl.run_log` keeps `metrics.jsonl` in the checkpoint folder, writes a resumed
   run's earlier rows back through the file logger verl hands this trainer's `logger` attribute,
@@ -62,9 +62,10 @@ from entropyrl.core.entropy import think_tag_ids
 from entropyrl.core.estimator_names import ESTIMATOR_NEEDS, VERL_ESTIMATORS
 from entropyrl.core.specs import AlgorithmSpecs, algorithm_specs
 from entropyrl.core.token_credit import hallucinated_token_mask
-from entropyrl.verl import chair_fallback
 from entropyrl.verl.checks import checkpoints, nodes
 from entropyrl.verl.checks.validation import schedule_bound_problem, schedule_loss_problem
+from entropyrl.verl.failures import chair_fallback
+from entropyrl.verl.failures.sampling import CountedSampler, SampleAccounting
 from entropyrl.verl.hooks import (
     build_step,
     chair_fallback_rows,
@@ -101,7 +102,6 @@ from entropyrl.verl.run_log import (
     record_checkpoint,
     write_resolved_config,
 )
-from entropyrl.verl.sampling import CountedSampler, SampleAccounting
 from entropyrl.verl.tensors import padded
 from entropyrl.verl.transfer import (
     available,
@@ -192,7 +192,7 @@ class EntropyPPOTrainer(PPOTrainerSync):
             self._think_ids = think_tag_ids(self.tokenizer)
         return self._think_ids
 
-    # -- samples asked for and received (entropyrl.verl.sampling) ----------------------------
+    # -- samples asked for and received (entropyrl.verl.failures.sampling) ----------------------------
 
     def _build_replay_buffer(self) -> Any:
         rollout = self.config.actor_rollout_ref.rollout

@@ -1,4 +1,4 @@
-"""CHAIR fallbacks bounded like lost samples (entropyrl.verl.chair_fallback), on hand-made
+"""CHAIR fallbacks bounded like lost samples (entropyrl.verl.failures.chair_fallback), on hand-made
 batches through the trainer's advantage step (the caption recipe: clip schedule on, and an
 EXPERIMENT=penalty run: the caption reward's penalty, schedule off)."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import NonTensorData
 
-from entropyrl.verl.chair_fallback import ChairFallbackError, judge
+from entropyrl.verl.failures.chair_fallback import ChairFallbackError, judge
 from entropyrl.verl.hooks import chair_fallback_rows, chair_reporting_rows
 
 

@@ -1,5 +1,5 @@
-"""Samples a batch lost: the verdict (entropyrl.verl.lost_samples) against its rules written out,
-and the reward entry points that report their failures (entropyrl.verl.reward_failures)."""
+"""Samples a batch lost: the verdict (entropyrl.verl.failures.lost_samples) against its rules written out,
+and the reward entry points that report their failures (entropyrl.verl.failures.reward_failures)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from entropyrl.core.specs import LostSamplesSpec, SpecError, algorithm_specs
 from entropyrl.rewards.chair_client import ChairAuthError
-from entropyrl.verl import reward_failures, rewards
-from entropyrl.verl.lost_samples import SETTING, account, sessions_received
-from entropyrl.verl.reward_failures import AUTH, ERROR, Failure
+from entropyrl.verl import rewards
+from entropyrl.verl.failures import reward_failures
+from entropyrl.verl.failures.lost_samples import SETTING, account, sessions_received
+from entropyrl.verl.failures.reward_failures import AUTH, ERROR, Failure
 
 BROKEN_ROW = (Failure(ERROR, "ValueError: ground_truth is not JSON", "10.0.0.2"), 1)
 REFUSED = (
@@ -117,7 +118,7 @@ def test_the_reward_entry_points_stay_what_verl_loads() -> None:
 def test_a_failing_reward_call_raises_its_own_error_after_reporting_it(caplog, monkeypatch) -> None:
     # a process logs each failure message once: start from none seen, as a fresh worker does
     monkeypatch.setattr(reward_failures, "_logged", set())
-    caplog.set_level(logging.ERROR, logger="entropyrl.verl.reward_failures")
+    caplog.set_level(logging.ERROR, logger="entropyrl.verl.failures.reward_failures")
     call = rewards.caption_score("coco", "a dog", "{not json", {}, cider_df="unused.json.gz")
     with pytest.raises(ValueError, match="ground_truth is not JSON"):
         asyncio.run(call)
@@ -158,6 +159,6 @@ def test_the_smoke_shows_the_stop_line_last_without_rays_prefix() -> None:
         "\x1b[36m(TaskRunnerV1 pid=25763)\x1b[0m entropyrl: warning: step 1: 1 of 20 samples lost",
         "\x1b[36m(TaskRunnerV1 pid=25763)\x1b[0m entropyrl: step 2: 3 of 20 samples lost, more",
         "\x1b[36m(AgentLoopWorkerTQ pid=26063)\x1b[0m Traceback (most recent call last):",
-        "entropyrl.verl.lost_samples.LostSamplesError: step 2: 3 of 20 samples lost, more",
+        "entropyrl.verl.failures.lost_samples.LostSamplesError: step 2: 3 of 20 samples lost, more",
     ]
     assert stop_lines(log) == ["entropyrl: step 2: 3 of 20 samples lost, more"]

@@ -1,5 +1,5 @@
 """Reward functions as verl loads them (`get_custom_reward_fn` on our composed config): their
-one home, and every one reporting the calls that fail (`entropyrl.verl.reward_failures`)."""
+one home, and every one reporting the calls that fail (`entropyrl.verl.failures.reward_failures`)."""
 
 from __future__ import annotations
 
@@ -241,10 +241,10 @@ def dead_url() -> str:
 @pytest.fixture
 def caplog(caplog, monkeypatch):
     """The failures logged, each message seen afresh (a process logs each message once)."""
-    from entropyrl.verl import reward_failures
+    from entropyrl.verl.failures import reward_failures
 
     monkeypatch.setattr(reward_failures, "_logged", set())
-    caplog.set_level(logging.ERROR, logger="entropyrl.verl.reward_failures")
+    caplog.set_level(logging.ERROR, logger="entropyrl.verl.failures.reward_failures")
     return caplog
 
 
@@ -252,7 +252,7 @@ def failures_logged(caplog) -> list[str]:
     return [
         r.getMessage().removeprefix(FAILED)
         for r in caplog.records
-        if r.name == "entropyrl.verl.reward_failures" and r.getMessage().startswith(FAILED)
+        if r.name == "entropyrl.verl.failures.reward_failures" and r.getMessage().startswith(FAILED)
     ]
 
 
@@ -316,7 +316,7 @@ def test_every_entry_point_is_reported():
 def test_a_failed_call_is_reported_with_its_cause(
     caplog, tmp_path, name, arguments, settings, cause
 ):
-    caplog.set_level(logging.ERROR, logger="entropyrl.verl.reward_failures")
+    caplog.set_level(logging.ERROR, logger="entropyrl.verl.failures.reward_failures")
     settings = dict(settings)  # the parameter is shared by every run of this test in a process
     solution, truth = arguments
     info = {"ability": settings.pop("ability", "code" if name == "hybrid_score" else None)}
@@ -401,7 +401,7 @@ def test_the_trainer_reads_the_hybrid_rewards_failures_with_their_cause(tmp_path
     cannot start), the job's book holds them with their node, and the trainer's accounting of
     the step names them instead of "no reward call reported a failure"."""
     ray = pytest.importorskip("ray")
-    from entropyrl.verl import lost_samples, reward_failures
+    from entropyrl.verl.failures import lost_samples, reward_failures
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:

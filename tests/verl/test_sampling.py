@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from entropyrl.verl import reward_failures
-from entropyrl.verl.lost_samples import LostSamplesError
-from entropyrl.verl.reward_failures import ERROR, Failure
-from entropyrl.verl.sampling import NO_TRAJECTORIES, CountedSampler, SampleAccounting
+from entropyrl.verl.failures import reward_failures
+from entropyrl.verl.failures.lost_samples import LostSamplesError
+from entropyrl.verl.failures.reward_failures import ERROR, Failure
+from entropyrl.verl.failures.sampling import NO_TRAJECTORIES, CountedSampler, SampleAccounting
 
 # verl 0.9.1's message (verl/trainer/ppo/v1/replay_buffer.py), as it raises it
 VERL_MESSAGE = (

@@ -41,7 +41,7 @@ def test_mode_and_settings_are_the_sync_trainers(trainers):
 def test_replay_buffer_is_the_sync_one(trainers):
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-    from entropyrl.verl.sampling import CountedSampler
+    from entropyrl.verl.failures.sampling import CountedSampler
 
     sync, ours = trainers
     assert isinstance(ours.replay_buffer, CountedSampler)  # ours counts; verl's buffer inside

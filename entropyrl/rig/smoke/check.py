@@ -813,7 +813,7 @@ def check_sample_counts(
     rows: Sequence[dict[str, Any]], trace_rows: list[dict[str, Any]], config: Any
 ) -> list[str]:
     """Every sample a step asked for (train_batch_size x rollout.n) reached its advantages or
-    was counted lost (`rollout/lost_samples`, entropyrl.verl.lost_samples): none went missing
+    was counted lost (`rollout/lost_samples`, entropyrl.verl.failures.lost_samples): none went missing
     in silence, none counted lost arrived."""
     get = _getter(config)
     asked = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n"))

@@ -13,7 +13,7 @@ any worker starts the trainer runs one Ray task per alive node that checks:
   `CHAIR_SERVER_TOKEN` (what its reward workers send), so that a refused token (401/403) is
   told apart from a service out of reach; not with `CHAIR_OPTIONAL=1`, where a run trains on
   without CHAIR by choice and each step counts and reports its fallbacks
-  (`entropyrl.verl.chair_fallback`);
+  (`entropyrl.verl.failures.chair_fallback`);
 
 and stops the run with one line per node that fails, naming the node and the fix.
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from entropyrl.verl.chair_fallback import chair_optional
 from entropyrl.verl.checks.findings import select
+from entropyrl.verl.failures.chair_fallback import chair_optional
 
 TOKEN_ENV = "CHAIR_SERVER_TOKEN"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"

@@ -3,7 +3,7 @@
 
 The first training call of the run, across all reward workers (a flag file made with O_EXCL),
 hands the real reward a malformed ground truth, as a broken data row would: our reward raises,
-reports it (`entropyrl.verl.reward_failures`), and verl fails that one session. Every other call is
+reports it (`entropyrl.verl.failures.reward_failures`), and verl fails that one session. Every other call is
 the real reward unchanged.
 """
 

@@ -5,7 +5,7 @@ the rest of the group and pads the batch (`trainer_base._balance_batch`), and th
 stays in a worker's log. Every reward entry point of ours (`entropyrl.verl.rewards`) is wrapped
 in `reported`: a call that raises first records what it raised (its kind, its first line, the
 node) in a book the trainer reads when it counts the samples a step received
-(`entropyrl.verl.lost_samples`), then raises as before. A response the scorer could not judge
+(`entropyrl.verl.failures.lost_samples`), then raises as before. A response the scorer could not judge
 (a math check that timed out, a code service that did not answer) arrives here as
 `entropyrl.rewards.scorer.ScoringFailed`, raised by the entry point, and counts the same way.
 
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 __all__ = ["AUTH", "BOOK_NAME", "ERROR", "Failure", "drain", "report", "report_async", "reported"]
 
-log = logging.getLogger("entropyrl.verl.reward_failures")
+log = logging.getLogger("entropyrl.verl.failures.reward_failures")
 
 BOOK_NAME = "entropyrl_reward_failures"
 BOOK_NAMESPACE = "entropyrl"

@@ -2,8 +2,8 @@
 
 `CountedSampler` holds the replay buffer verl builds for the entropy-aware trainer and is what
 that trainer samples from: each batch (training and validation) is judged by `SampleAccounting`
-(`entropyrl.verl.lost_samples.account`, with the failures the reward workers reported through
-`entropyrl.verl.reward_failures`), which prints the losses, adds `rollout/*` metrics to the
+(`entropyrl.verl.failures.lost_samples.account`, with the failures the reward workers reported through
+`entropyrl.verl.failures.reward_failures`), which prints the losses, adds `rollout/*` metrics to the
 step's, or stops the run with one line. Nothing of verl's is changed: the buffer object is
 verl's own, untouched, and only our trainer holds the wrapper.
 
@@ -20,8 +20,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from entropyrl.verl import reward_failures
-from entropyrl.verl.lost_samples import LostSamplesError, account, refused_token, sessions_received
+from entropyrl.verl.failures import reward_failures
+from entropyrl.verl.failures.lost_samples import (
+    LostSamplesError,
+    account,
+    refused_token,
+    sessions_received,
+)
 
 __all__ = ["NO_TRAJECTORIES", "CountedSampler", "SampleAccounting"]
 

@@ -7,7 +7,7 @@ loop broke is simply absent, and `_balance_batch` pads the batch with synthetic 
 lost one of 2,560 samples is padded to the next multiple of a mini-batch). The trainer
 (`entropyrl.verl.trainer`) calls `account` on every batch the replay buffer hands it, training
 and validation alike, with the failures the reward workers reported
-(`entropyrl.verl.reward_failures`):
+(`entropyrl.verl.failures.reward_failures`):
 
 - a token the CHAIR service refused stops the run, whatever the count: a setup error;
 - a batch that received nothing stops the run (verl would fail later, in TransferQueue, without
@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from entropyrl.verl.reward_failures import AUTH, Failure
+from entropyrl.verl.failures.reward_failures import AUTH, Failure
 
 __all__ = ["LostSamples", "LostSamplesError", "account", "refused_token", "sessions_received"]
 
