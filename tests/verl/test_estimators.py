@@ -206,3 +206,66 @@ def test_the_step_carries_the_parsed_specs():
         scores, reference_entropy(entropy, mask), int_groups(uid), lam=0.1, alpha=2.0
     )
     torch.testing.assert_close(adv, expected.unsqueeze(-1) * mask)
+
+
+def verl_grpo(rewards, mask, uid, norm_by_std: bool) -> torch.Tensor:
+    """verl's own GRPO advantages with its `norm_adv_by_std_in_grpo` argument."""
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards.clone(), "response_mask": mask.clone()},
+        non_tensors={"uid": uid},
+    )
+    out = compute_advantage(data, adv_estimator="grpo", norm_adv_by_std_in_grpo=norm_by_std)
+    return out.batch["advantages"]
+
+
+def algo_config(norm: bool):
+    """`algorithm` as verl's trainer hands it over: its AlgoConfig dataclass."""
+    from verl.trainer.config import AlgoConfig
+
+    return AlgoConfig(adv_estimator="egpo", norm_adv_by_std_in_grpo=norm)
+
+
+@pytest.mark.parametrize("form", ["dictconfig", "algo_config"])
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("name", ["egpo", "egpo_ratio", "entropy_adv"])
+def test_norm_adv_by_std_in_grpo_is_verl_s_switch(name, norm, form):
+    """`algorithm.norm_adv_by_std_in_grpo=false` (Dr. GRPO's centring only) reaches our estimators
+    as it reaches verl's GRPO, in both forms verl's trainer passes `algorithm` in."""
+    rewards, mask, uid, *_ = make_batch(11)
+    if form == "dictconfig":
+        config = OmegaConf.merge(ALGORITHM, {"norm_adv_by_std_in_grpo": norm})
+    else:
+        config = algo_config(norm)
+    ours, _, _ = through_verl(name, rewards, mask, uid, Step(), config)
+    torch.testing.assert_close(ours, verl_grpo(rewards, mask, uid, norm), atol=1e-5, rtol=1e-5)
+    # The two settings differ on this batch, so the test tells them apart.
+    assert not torch.allclose(
+        verl_grpo(rewards, mask, uid, True), verl_grpo(rewards, mask, uid, False)
+    )
+
+
+def test_norm_by_std_reads_attributes_and_defaults_to_verl_s():
+    """A config object without `get` is read by attribute; None or missing is verl's default."""
+    from types import SimpleNamespace
+
+    from entropyrl.verl.estimators import estimator_inputs, norm_by_std
+
+    assert norm_by_std(None) is True
+    assert norm_by_std(OmegaConf.create({})) is True
+    assert norm_by_std(OmegaConf.create({"norm_adv_by_std_in_grpo": None})) is True
+    assert norm_by_std(OmegaConf.create({"norm_adv_by_std_in_grpo": False})) is False
+    assert norm_by_std(SimpleNamespace()) is True
+    assert norm_by_std(SimpleNamespace(norm_adv_by_std_in_grpo=None)) is True
+    assert norm_by_std(SimpleNamespace(norm_adv_by_std_in_grpo=False)) is False
+    assert norm_by_std(SimpleNamespace(norm_adv_by_std_in_grpo=0)) is False
+    rewards, mask, uid, *_ = make_batch(12)
+    off = SimpleNamespace(norm_adv_by_std_in_grpo=False)
+    assert estimator_inputs(rewards, mask, off, uid).norm_by_std is False
+    assert estimator_inputs(rewards, mask, None, uid).norm_by_std is True
+
+
+def test_group_ids_from_a_tensor_index():
+    """Integer uids as a tensor (a custom dataset's) group as their values do."""
+    ids = group_ids(torch.tensor([7, 3, 7, 9, 3]), 5)
+    assert ids.dtype == torch.long and ids.shape == (5,)
+    assert ids.tolist() == [1, 0, 1, 2, 0]
