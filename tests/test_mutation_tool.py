@@ -51,3 +51,42 @@ def test_status_reads_mutmuts_exit_codes():
         "killed",
         "suspicious",
     ]
+
+
+def section() -> str:
+    text = (ROOT / "docs" / "testing.md").read_text()
+    return text.split(mutation.BEGIN, 1)[1].split(mutation.END, 1)[0]
+
+
+def test_earlier_rows_read_back_the_section_they_were_written_as():
+    """A run of one module keeps the others' rows: read back, they sum to the section's total
+    and to its count of survivors by class."""
+    import re
+    from collections import Counter
+
+    kept = mutation.earlier_rows(section())
+    assert "entropyrl/core/advantages.py" in kept
+    total = Counter()
+    for _date, counts, _rows in kept.values():
+        total.update(counts)
+    all_row = next(line for line in section().splitlines() if line.startswith("| **all**"))
+    cells = [cell.strip() for cell in all_row.strip("|").split("|")]
+    assert [total["killed"], total["survived"], total["no tests"], total["not checked"]] == [
+        int(cells[3]),
+        int(cells[4]),
+        int(cells[5]),
+        int(cells[6]),
+    ]
+    by_class = Counter(key.split(":", 1)[1] for key in total.elements() if ":" in key)
+    stated = re.search(r"by class: ([^.]*)\.", section())[1]
+    assert dict(by_class) == {k: int(n) for k, n in (p.rsplit(" ", 1) for p in stated.split(", "))}
+    # each kept module keeps its survivor rows, and only its own
+    date, counts, rows = kept["entropyrl/core/advantages.py"]
+    assert len(rows) == counts["survived"] + counts["no tests"]
+    assert all("(entropyrl/core/advantages.py)" in row for row in rows)
+
+
+def test_a_module_is_matched_by_its_group_s_paths_and_globs():
+    assert mutation._matches("entropyrl/rewards/chair_client.py", ["entropyrl/rewards/*"])
+    assert mutation._matches("entropyrl/verl/loss.py", ["entropyrl/verl/loss.py"])
+    assert not mutation._matches("entropyrl/verl/loss.py", ["entropyrl/rewards/*"])

@@ -1,6 +1,6 @@
 """The mutation score of the formulas and contracts users rely on, written to docs/testing.md.
 
-    python tools/mutation.py run [--max-children N] [--group NAME ...]   # then the report
+    python tools/mutation.py run [--max-children N] [--group NAME ...] [--module PATH ...]
     python tools/mutation.py report          # the report from the last runs' results
 
 mutmut 3 (`pip install -e '.[mutation]'`) plants one small fault at a time (an operator, a
@@ -9,6 +9,9 @@ runs the tests that reach the changed function; a mutant no test fails on *survi
 takes the groups of `[tool.mutmut.groups]` one after another, each in its own copy of the tree
 under mutants-work/<group>/ (its modules against its own tests), and gathers their results
 under mutants/; a group run again resumes where it stopped (both folders are git-ignored).
+`--module` runs one module of its group again (after its tests changed, say): the report then
+rewrites that module's rows and keeps every other module's as docs/testing.md has them, each
+row with the day its mutants ran.
 
 The report counts, per module, the mutants killed (a test failed or timed out), survived and
 reached by no test, and lists every survivor with its changed line and its class:
@@ -218,19 +221,60 @@ def decorated() -> list[str]:
     return found
 
 
-def report() -> str:
+SURVIVOR_ROW = re.compile(r"^\| `[^`]+` \((?P<path>[^)]+)\) \| (?P<state>[^|]+?) \| (?P<kind>\w+)")
+
+
+def earlier_rows(section: str) -> dict[str, tuple[str, Counter, list[str]]]:
+    """Per module of the section docs/testing.md holds: (its table row, its counts, its
+    survivor rows), kept for the modules a run did not reach (one group or module run again)."""
+    kept: dict[str, tuple[str, Counter, list[str]]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[0].endswith(".py") and cells[2].isdigit():
+            path, date, _mutants, killed, survived, no_test, not_run = cells[:7]
+            counts = Counter(
+                {"killed": int(killed), "survived": int(survived), "no tests": int(no_test),
+                 "not checked": int(not_run)}
+            )  # fmt: skip
+            kept[path] = (date, counts, [])
+    for line in section.splitlines():
+        match = SURVIVOR_ROW.match(line)
+        if match and match["path"] in kept:
+            date, counts, rows = kept[match["path"]]
+            counts[f"{match['state']}:{match['kind']}"] += 1
+            rows.append(line)
+    return kept
+
+
+def run_date(path: str) -> str:
+    """The day a module's mutants last ran (its results file's time, UTC)."""
+    import datetime
+
+    stamp = (ROOT / "mutants" / (path + ".meta")).stat().st_mtime
+    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).strftime("%Y-%m-%d")
+
+
+def report(earlier: str = "") -> str:
+    """The section: this run's modules from mutants/, the others as `earlier` (the section
+    docs/testing.md holds) had them, each row with the day its mutants ran."""
     rows = results()
     per_module: dict[str, Counter] = {}
+    dates: dict[str, str] = {}
     survivors = []
     for path, name, code in rows:
         state = status(code)
         counts = per_module.setdefault(path, Counter())
+        dates.setdefault(path, run_date(path))
         counts[state] += 1
         if state in ("survived", "no tests"):
             diff = diff_of(name, path)
             kind = "equivalent" if name in EQUIVALENT else classify(diff)
             counts[f"{state}:{kind}"] += 1
             survivors.append((path, name, state, kind, changed_line(diff)))
+    kept_rows: dict[str, list[str]] = {}
+    for path, (date, counts, lines) in earlier_rows(earlier).items():
+        if path not in per_module:
+            per_module[path], dates[path], kept_rows[path] = counts, date, lines
     total = Counter()
     for counts in per_module.values():
         total.update(counts)
@@ -248,17 +292,18 @@ def report() -> str:
     lines = [
         BEGIN,
         "",
-        "| module | mutants | killed | survived | no test | not run | score | raw |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| module | run | mutants | killed | survived | no test | not run | score | raw |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for path, c in [*sorted(per_module.items()), ("**all**", total)]:
         mutants = sum(v for k, v in c.items() if ":" not in k)
         adjusted, raw = score(c)
+        date = dates.get(path, "")
         lines.append(
-            f"| {path} | {mutants} | {c['killed']} | {c['survived']} | {c['no tests']} | "
-            f"{c['not checked']} | {adjusted} | {raw} |"
+            f"| {path} | {date} | {mutants} | {c['killed']} | {c['survived']} | "
+            f"{c['no tests']} | {c['not checked']} | {adjusted} | {raw} |"
         )
-    kinds = Counter(kind for *_, kind, _ in survivors)
+    kinds = Counter(key.split(":", 1)[1] for key in total.elements() if ":" in key)
     lines += [
         "",
         "Survivors and unreached mutants by class: "
@@ -270,10 +315,14 @@ def report() -> str:
         "| mutant | state | class | change |",
         "|---|---|---|---|",
     ]
-    for path, name, state, kind, change in survivors:
-        why = f" ({EQUIVALENT[name]})" if name in EQUIVALENT else ""
-        change = change.replace("|", "\\|")
-        lines.append(f"| `{name.split('.')[-1]}` ({path}) | {state} | {kind}{why} | `{change}` |")
+    listed = [
+        (path, f"| `{name.split('.')[-1]}` ({path}) | {state} | {kind}{why} | `{change}` |")
+        for path, name, state, kind, change in survivors
+        for why in [f" ({EQUIVALENT[name]})" if name in EQUIVALENT else ""]
+        for change in [change.replace("|", "\\|")]
+    ]
+    listed += [(path, line) for path, rows in kept_rows.items() for line in rows]
+    lines += [line for _, line in sorted(listed, key=lambda item: item[0])]
     lines += [
         "",
         "</details>",
@@ -299,12 +348,25 @@ def write(section: str) -> None:
     print(f"mutation: wrote {DOC.relative_to(ROOT)}")
 
 
+def _matches(module: str, patterns: list[str]) -> bool:
+    """Whether `module` (a path) is one of a group's `only_mutate` entries (paths or globs)."""
+    import fnmatch
+
+    return any(module == p or fnmatch.fnmatch(module, p) for p in patterns)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tools/mutation.py", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="mutmut over each group (resumes), then the report")
     run.add_argument("--max-children", type=int, default=2, help="mutants run at once (default: 2)")
     run.add_argument("--group", action="append", help="only this group (repeatable; default: all)")
+    run.add_argument(
+        "--module",
+        action="append",
+        help="only this module of its group, as [tool.mutmut.groups] lists it (repeatable); "
+        "the report keeps the other modules' rows as docs/testing.md has them",
+    )
     sub.add_parser("report", help="write docs/testing.md from the last run's results")
     args = parser.parse_args(argv)
     if shutil.which("mutmut") is None:
@@ -314,10 +376,21 @@ def main(argv: list[str] | None = None) -> None:
         unknown = sorted(set(args.group or []) - set(groups))
         if unknown:
             fail(f"no group {unknown[0]!r} in [tool.mutmut.groups]; known: {', '.join(groups)}")
+        patterns = [m for name in args.group or groups for m in groups[name]["only_mutate"]]
+        missing = [m for m in args.module or [] if not _matches(m, patterns)]
+        if missing:
+            fail(f"{missing[0]} is not a module of the groups run: name it as pyproject lists it")
         for name in args.group or groups:
-            run_group(name, groups[name], args.max_children)
+            group = dict(groups[name])
+            if args.module:
+                group["only_mutate"] = [m for m in args.module if _matches(m, group["only_mutate"])]
+                if not group["only_mutate"]:
+                    continue
+            run_group(name, group, args.max_children)
     os.chdir(ROOT)  # mutmut reads its settings from ./pyproject.toml
-    write(report())
+    text = DOC.read_text()
+    earlier = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text and END in text else ""
+    write(report(earlier))
 
 
 if __name__ == "__main__":
