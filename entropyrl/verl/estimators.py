@@ -43,14 +43,9 @@ def group_ids(
 
 
 def norm_by_std(config: Any) -> bool:
-    """verl's `algorithm.norm_adv_by_std_in_grpo` (default true)."""
-    if config is None:
-        return True
-    getter = getattr(config, "get", None)
-    if callable(getter):
-        value = getter("norm_adv_by_std_in_grpo", True)
-    else:
-        value = getattr(config, "norm_adv_by_std_in_grpo", True)
+    """verl's `algorithm.norm_adv_by_std_in_grpo` (default true), read by attribute as verl's
+    DictConfig, its AlgoConfig dataclass and any config object all allow."""
+    value = getattr(config, "norm_adv_by_std_in_grpo", None)
     return True if value is None else bool(value)
 
 
