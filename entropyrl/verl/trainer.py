@@ -1,48 +1,29 @@
 """`trainer.v1.trainer_mode=entropyrl`: verl's sync PPO trainer plus entropy and CHAIR plumbing.
 
-The trainer does what only a trainer does: the advantage step and the hooks verl calls. Per
-step, around verl's own `_compute_advantage` (KL-in-reward, rollout correction and the
-estimator call stay verl's):
-- one step context (`entropyrl.verl.inputs.Step`) carries the run's parsed algorithm sections,
-  what the estimator declares it reads (the per-token entropy of the old-policy pass, which verl
-  stores as `entropy`, and its `<think>` segment; the reference log-probs) and the step's clip
-  bounds into verl's estimator call; the estimator's metrics come back from `with_step`;
-- each sample's CHAIR_i (reward extra info) becomes a per-sample `clip_high` (the clip
-  schedule) and `clip_low` (the clip-low schedule), written next to `advantages` so every
-  mini-batch and PPO epoch of the actor update carries them;
-- with the token penalty or the token clip on, each sample's hallucinated mentions (the
-  caption reward's character spans) are mapped onto its response token ids with the model's
-  tokenizer: the penalty subtracts `beta` from those tokens' advantages after the estimator,
-  the token clip writes the [B, T] `hallucinated_tokens` mask beside `advantages` for the loss;
-- samples the CHAIR service gave no answer for are bounded by
-  `algorithm.chair_fallback.max_fraction` (`entropyrl.verl.failures.chair_fallback`: a warning per step,
-  past the limit a stop naming the service and the node; `CHAIR_OPTIONAL=1` lifts it);
-- `egpo/*`, `chair/*`, `clip/*` metrics are logged (`chair/*` and `clip/*` over real rows; the
-  estimators' `egpo/entropy/missing` also counts verl's synthetic padding rows, which have no
-  response tokens).
-After init the actor workers get `PerSampleClipPPOLoss`, which hands that field to the
-`per_sample_clip` policy loss and otherwise runs verl's `ppo_loss` unchanged: whenever a
-schedule or the token clip is on (`algorithm.clip_schedule.enable`,
-`algorithm.clip_low_schedule.enable`, `algorithm.token_clip.enable`, each the one switch;
-`policy_loss.loss_mode` may stay verl's default) or the config names that loss.
+The trainer does what only a trainer does: the advantage step and the hooks verl calls. Around
+verl's own `_compute_advantage` (KL-in-reward, rollout correction and the estimator call stay
+verl's), each step:
+- opens one step context (`entropyrl.verl.inputs.Step`): the run's parsed algorithm sections,
+  what the estimator reads (the old-policy pass's per-token `entropy` and its `<think>`
+  segment; the reference log-probs) and the step's clip bounds; the estimator's metrics come
+  back from `with_step`;
+- turns each sample's CHAIR_i (reward extra info) into its `clip_high` and `clip_low` (the two
+  schedules), written beside `advantages` so every mini-batch and PPO epoch carries them;
+- with the token penalty or the token clip on, maps each sample's hallucinated mentions (the
+  caption reward's character spans) onto its response tokens: the penalty subtracts `beta`
+  from their advantages after the estimator; the token clip writes the [B, T]
+  `hallucinated_tokens` mask beside `advantages` for the loss;
+- logs `egpo/*`, `chair/*`, `clip/*` and `token_credit/*` (over real rows; the estimators'
+  `egpo/entropy/missing` also counts verl's padding rows).
+After init the actor workers get `PerSampleClipPPOLoss`, which runs verl's `ppo_loss` and hands
+the bounds to the `per_sample_clip` policy loss whenever a schedule or the token clip is on.
 
-Collaborators, none of which changes an object of verl's:
-- `entropyrl.verl.transfer` reads the step's fields from TransferQueue and writes ours beside
-  `advantages` in verl's layout; `entropyrl.verl.hooks` holds the per-step formulas' adapters
-  (CHAIR_i to bounds, spans to tokens, the penalty, the metrics);
-- `entropyrl.verl.checks.nodes` runs one Ray task per node before any worker starts: the data
-  files, one image, the model folder and the CHAIR service (with that node's token) must be
-  reachable there, or the run stops with a line naming the node;
-- `entropyrl.verl.failures.sampling.CountedSampler` holds verl's replay buffer: every batch, training and
-  validation, is counted against what was asked for (`entropyrl.verl.failures.lost_samples`), and a batch
-  that lost every sample stops with our line and the causes the reward workers reported;
-- `entropyrl.verl.run_log` keeps `metrics.jsonl` in the checkpoint folder, writes a resumed
-  run's earlier rows back through the file logger verl hands this trainer's `logger` attribute,
-  and records the run's settings beside every checkpoint (`entropyrl.verl.checks.checkpoints`,
-  compared before Ray starts so that `resume_mode: auto` continues only the same run);
-- validation means of CHAIR scores (`chair_i`, `chair_s`, `recall`) are over the captions the
-  service scored, with the count of unscored ones beside them (`val-aux/<source>/chair_unscored`):
-  verl averages with `np.mean`, where one unscored caption (NaN) made the mean NaN.
+Its collaborators change no object of verl's: `transfer` (TransferQueue in and out), `hooks`
+(the per-step adapters), `checks.nodes` (one Ray task per node before any worker starts),
+`failures` (the counted sampler over verl's replay buffer, lost samples, CHAIR fallbacks),
+`run_log` (`metrics.jsonl`, a resumed run's earlier rows, the settings beside each checkpoint).
+Validation means of CHAIR scores are over the captions the service scored, the unscored ones
+counted beside them (`val-aux/<source>/chair_unscored`), where verl's `np.mean` gave NaN.
 """
 
 from __future__ import annotations
