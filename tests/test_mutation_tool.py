@@ -82,6 +82,7 @@ def test_earlier_rows_read_back_the_section_they_were_written_as():
     assert dict(by_class) == {k: int(n) for k, n in (p.rsplit(" ", 1) for p in stated.split(", "))}
     # each kept module keeps its survivor rows, and only its own
     date, counts, rows = kept["entropyrl/core/advantages.py"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", date)
     assert len(rows) == counts["survived"] + counts["no tests"]
     assert all("(entropyrl/core/advantages.py)" in row for row in rows)
 
