@@ -414,7 +414,12 @@ def check_resume(config: Any) -> None:
 
 
 def install() -> None:
-    """Make verl's `validate_config` check our sections and the batch geometry too (idempotent)."""
+    """Make verl's `validate_config` check our sections and the batch geometry too (idempotent).
+
+    The plugin's one wrapper of a verl object: verl 0.9.1 has no extension point between Hydra's
+    config and Ray's start (`main_ppo.main` calls `validate_config`, then `run_ppo`), and a
+    refusal after Ray starts costs a user minutes. It acts only on runs that use entropyrl
+    (`uses_entropyrl`); every other run gets verl's own function, unchanged."""
     from verl.utils import config as verl_config
 
     original = verl_config.validate_config
