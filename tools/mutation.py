@@ -264,7 +264,8 @@ def report(earlier: str = "") -> str:
     for path, name, code in rows:
         state = status(code)
         counts = per_module.setdefault(path, Counter())
-        dates.setdefault(path, run_date(path))
+        if path not in dates:
+            dates[path] = run_date(path)  # one stat per module, not per mutant
         counts[state] += 1
         if state in ("survived", "no tests"):
             diff = diff_of(name, path)
